@@ -1,0 +1,61 @@
+"""Small input checks shared by every kernel. Each raises a policylab error that names
+the argument and what is wrong with it; none of them copies or changes its input."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import GroupError, NonFiniteError, ShapeError
+
+
+def check_mask(mask: torch.Tensor, name: str = "loss_mask") -> None:
+    """`mask` must be a bool tensor (True = the position counts)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ShapeError(f"`{name}` must be a bool tensor (True = counts), got {got}")
+
+
+def check_same_shape(ref_name: str, ref: torch.Tensor, **others: torch.Tensor | None) -> None:
+    """Every tensor in `others` (None is skipped) has the shape of `ref`."""
+    for name, t in others.items():
+        if t is not None and t.shape != ref.shape:
+            raise ShapeError(
+                f"`{name}` has shape {tuple(t.shape)} but `{ref_name}` has {tuple(ref.shape)}"
+            )
+
+
+def check_finite(t: torch.Tensor, name: str, mask: torch.Tensor | None = None) -> None:
+    """No NaN or inf in `t` (only at positions where `mask` is True, if given)."""
+    bad = ~torch.isfinite(t)
+    if mask is not None:
+        bad = bad & mask
+    if bool(bad.any()):
+        idx = bad.nonzero()[0].tolist()
+        raise NonFiniteError(
+            f"`{name}` has {int(bad.sum())} non-finite value(s), first at index {idx}: "
+            f"{t[tuple(idx)].item()}"
+        )
+
+
+def expand_adv(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Advantages given per sequence `[B]` broadcast to `[B, T]`; `[B, T]` passes through."""
+    if adv.dim() == 1 and adv.shape[0] == like.shape[0]:
+        return adv.unsqueeze(-1).expand_as(like)
+    if adv.shape == like.shape:
+        return adv
+    raise ShapeError(
+        f"`adv` must be [B] or [B, T] = {tuple(like.shape)}, got {tuple(adv.shape)}"
+    )
+
+
+def group_index(group: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor, int]:
+    """Map arbitrary (not necessarily contiguous or sorted) group ids to 0..n_groups-1.
+
+    Returns (dense ids `[B]`, number of groups). Group ids must be a 1-D integer tensor.
+    """
+    if group.dim() != 1 or group.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
+        raise GroupError(f"`group` must be a 1-D integer tensor, got {group.dtype} {tuple(group.shape)}")
+    if n is not None and group.shape[0] != n:
+        raise ShapeError(f"`group` has {group.shape[0]} entries but there are {n} sequences")
+    uniq, dense = torch.unique(group, return_inverse=True)
+    return dense, int(uniq.numel())

@@ -1,0 +1,212 @@
+"""`RolloutBatch`: one batch of sampled sequences with the provenance of every token.
+
+Layout (B sequences, L = P + T positions):
+
+    tokens          [B, L]  long   left-padded prompt (P columns) then the response (T columns)
+    attention_mask  [B, L]  bool   True = a real token (prompt or response), False = padding
+    loss_mask       [B, T]  bool   True = this response position counts in every loss,
+                                   reduction and statistic; the one combined mask
+    response positions are tokens[:, P:], P = `prompt_width`
+
+Every `[B, T]` tensor is aligned with the response columns: entry (i, t) is about the
+token tokens[i, P + t]. Log-probs are stored by role (see DESIGN.md):
+
+    logp_behavior   the distribution that actually emitted the token (rollout engine)
+    logp_old        the training-side policy at the sampling weights
+    logp_ref        the KL anchor
+
+A method names the fields it needs (`require`); a batch without one is refused with a
+`MissingQuantityError` that says how to produce it. Nothing is ever zero-filled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from ._checks import check_finite, check_mask, group_index
+from .errors import MissingQuantityError, ShapeError
+
+# How to produce each optional quantity, quoted by MissingQuantityError.
+HOW_TO_PRODUCE = {
+    "logp_behavior": "Record it in the rollout engine at sampling time (policylab.engines.hf "
+    "does, under the sampler's temperature/top-k/top-p); it cannot be rebuilt later unless "
+    "the exact behavior engine and weights are kept.",
+    "logp_old": "Recompute it with the training forward at the sampling weights "
+    "(policylab.logprobs.token_logprobs) before the first update; never pass `logp` or "
+    "`logp_behavior` in its place.",
+    "logp_ref": "Run the reference model's forward over the batch (the trainer loads a "
+    "reference model when a KL term is configured).",
+    "values": "Run the critic over the batch at rollout time (methods `ppo` and `vapo` "
+    "train a value head).",
+    "rewards": "Score the responses with a reward function (policylab.rewards).",
+    "token_rewards": "Build per-token rewards, e.g. the outcome reward at the last valid "
+    "token plus any per-token KL shaping.",
+    "reward_vectors": "Score each response with D reward functions and stack them [B, D].",
+    "reward_intervals": "Have the judge emit a [low, high] interval per response.",
+    "greedy_rewards": "Decode each prompt greedily with the current weights and score it "
+    "with the same reward function (ReMax).",
+}
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How the behavior engine turned logits into the sampled token.
+
+    Log-probs used in ratios must be computed under the same transform (logits / T,
+    then renormalized over the top-k / top-p kept set)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k truncation
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0, got {self.temperature} (greedy decoding is not a "
+                "distribution; use do_sample=False in the engine and no logprob ratios)"
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+
+
+_BT_FIELDS = ("logp_behavior", "logp_old", "logp_ref", "values", "token_rewards")
+_B_FIELDS = ("rewards", "greedy_rewards")
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    tokens: torch.Tensor  # [B, L] long
+    attention_mask: torch.Tensor  # [B, L] bool
+    loss_mask: torch.Tensor  # [B, T] bool
+    prompt_width: int  # P: response columns start here
+    group: torch.Tensor  # [B] long, same-prompt group id
+    policy_version: torch.Tensor  # [B] long, weights version that sampled
+    batch_id: str
+    source: tuple[str, ...] = ()  # per sequence: native / expert / external / hinted / ...
+    engine: str = "unknown"  # which implementation produced logp_behavior
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    # log-probs by role, [B, T]
+    logp_behavior: torch.Tensor | None = None
+    logp_old: torch.Tensor | None = None
+    logp_ref: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    # rewards in their forms
+    rewards: torch.Tensor | None = None  # [B] shaped scalar reward
+    token_rewards: torch.Tensor | None = None  # [B, T]
+    reward_vectors: torch.Tensor | None = None  # [B, D]
+    reward_intervals: torch.Tensor | None = None  # [B, 2]
+    greedy_rewards: torch.Tensor | None = None  # [B]
+    outcome: dict[str, torch.Tensor] = field(default_factory=dict)  # raw metrics [B], unshaped
+    extras: dict[str, object] = field(default_factory=dict)  # method-specific, documented by the method
+
+    # ----- derived -------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def response_tokens(self) -> torch.Tensor:
+        """[B, T] the response columns of `tokens`."""
+        return self.tokens[:, self.prompt_width :]
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        """[B] number of valid response tokens (what counts in the loss)."""
+        return self.loss_mask.sum(-1)
+
+    # ----- checks --------------------------------------------------------------------
+    def require(self, method: str, *fields: str) -> None:
+        """Raise MissingQuantityError naming `method` if any of `fields` is absent."""
+        for name in fields:
+            value = getattr(self, name, None) if name != "outcome" else self.outcome
+            if name.startswith("outcome."):
+                value = self.outcome.get(name.split(".", 1)[1])
+            if value is None:
+                how = HOW_TO_PRODUCE.get(name, "Produce it before calling this method.")
+                raise MissingQuantityError(method, name, how)
+
+    def validate(self) -> "RolloutBatch":
+        """Check shapes, dtypes, masks, group ids and finiteness; return self."""
+        B, L = self.tokens.shape if self.tokens.dim() == 2 else (None, None)
+        if B is None:
+            raise ShapeError(f"`tokens` must be [B, L], got {tuple(self.tokens.shape)}")
+        if self.tokens.dtype != torch.long:
+            raise ShapeError(f"`tokens` must be long, got {self.tokens.dtype}")
+        check_mask(self.attention_mask, "attention_mask")
+        check_mask(self.loss_mask, "loss_mask")
+        if self.attention_mask.shape != self.tokens.shape:
+            raise ShapeError(
+                f"`attention_mask` {tuple(self.attention_mask.shape)} != `tokens` {tuple(self.tokens.shape)}"
+            )
+        if not 0 <= self.prompt_width < L:
+            raise ShapeError(f"`prompt_width` {self.prompt_width} must be in [0, {L})")
+        T = L - self.prompt_width
+        if self.loss_mask.shape != (B, T):
+            raise ShapeError(f"`loss_mask` must be [B, T] = {(B, T)}, got {tuple(self.loss_mask.shape)}")
+        if bool((self.loss_mask & ~self.attention_mask[:, self.prompt_width :]).any()):
+            raise ShapeError("`loss_mask` is True at a padding position (attention_mask False)")
+        group_index(self.group, B)
+        if self.policy_version.shape != (B,):
+            raise ShapeError(f"`policy_version` must be [B] = ({B},), got {tuple(self.policy_version.shape)}")
+        if self.source and len(self.source) != B:
+            raise ShapeError(f"`source` has {len(self.source)} entries for {B} sequences")
+        for name in _BT_FIELDS:
+            t = getattr(self, name)
+            if t is None:
+                continue
+            if t.shape != (B, T):
+                raise ShapeError(f"`{name}` must be [B, T] = {(B, T)}, got {tuple(t.shape)}")
+            if not t.is_floating_point():
+                raise ShapeError(f"`{name}` must be floating point, got {t.dtype}")
+            check_finite(t, name, self.loss_mask)
+            if name.startswith("logp") and bool((t[self.loss_mask] > 1e-6).any()):
+                raise ShapeError(f"`{name}` has log-probabilities > 0 at counted positions")
+        for name in _B_FIELDS:
+            t = getattr(self, name)
+            if t is not None:
+                if t.shape != (B,):
+                    raise ShapeError(f"`{name}` must be [B] = ({B},), got {tuple(t.shape)}")
+                check_finite(t, name)
+        if self.reward_vectors is not None and (
+            self.reward_vectors.dim() != 2 or self.reward_vectors.shape[0] != B
+        ):
+            raise ShapeError(f"`reward_vectors` must be [B, D], got {tuple(self.reward_vectors.shape)}")
+        if self.reward_intervals is not None:
+            if self.reward_intervals.shape != (B, 2):
+                raise ShapeError(f"`reward_intervals` must be [B, 2], got {tuple(self.reward_intervals.shape)}")
+            if bool((self.reward_intervals[:, 0] > self.reward_intervals[:, 1]).any()):
+                raise ShapeError("`reward_intervals` has a row with low > high")
+        for key, t in self.outcome.items():
+            if t.shape != (B,):
+                raise ShapeError(f"`outcome['{key}']` must be [B] = ({B},), got {tuple(t.shape)}")
+        return self
+
+    # ----- transforms ----------------------------------------------------------------
+    def replace(self, **changes) -> "RolloutBatch":
+        """A copy with some fields replaced (the batch is frozen)."""
+        return dataclasses.replace(self, **changes)
+
+    def select(self, index: torch.Tensor) -> "RolloutBatch":
+        """The sub-batch of sequences `index` (long indices or a bool [B] mask).
+
+        Every per-sequence field is indexed; `batch_id` gets a suffix only if the caller
+        asks (sub-batches of one batch share its id: they are the same sampled data)."""
+        if index.dtype == torch.bool:
+            index = index.nonzero().squeeze(-1)
+        changes: dict = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.size:
+                changes[f.name] = v[index]
+        changes["source"] = tuple(self.source[i] for i in index.tolist()) if self.source else ()
+        changes["outcome"] = {k: v[index] for k, v in self.outcome.items()}
+        changes["extras"] = {
+            k: (v[index] if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.size else v)
+            for k, v in self.extras.items()
+        }
+        return dataclasses.replace(self, **changes)
