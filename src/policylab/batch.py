@@ -210,3 +210,68 @@ class RolloutBatch:
             for k, v in self.extras.items()
         }
         return dataclasses.replace(self, **changes)
+
+
+def concat_batches(batches: list[RolloutBatch], batch_id: str) -> RolloutBatch:
+    """Stack batches sampled in separate engine calls (e.g. dynamic-sampling refills).
+
+    Prompts are re-aligned by left-padding to the widest prompt, responses right-padded to
+    the longest; padded positions have attention_mask = loss_mask = False (they never count).
+    Batches must share sampling settings and engine, and carry the same optional fields."""
+    if not batches:
+        raise ValueError("concat_batches needs at least one batch")
+    if len(batches) == 1:
+        return batches[0].replace(batch_id=batch_id)
+    first = batches[0]
+    for b in batches[1:]:
+        if b.sampling != first.sampling or b.engine != first.engine:
+            raise ValueError("cannot concatenate batches sampled with different settings or engines")
+    P = max(b.prompt_width for b in batches)
+    T = max(b.loss_mask.shape[1] for b in batches)
+
+    def pad_seq(t: torch.Tensor, b: RolloutBatch, value) -> torch.Tensor:  # [B, L] full sequences
+        left = P - b.prompt_width
+        right = T - b.loss_mask.shape[1]
+        return torch.nn.functional.pad(t, (left, right), value=value)
+
+    def pad_resp(t: torch.Tensor, value) -> torch.Tensor:  # [B, T] response-aligned
+        return torch.nn.functional.pad(t, (0, T - t.shape[1]), value=value)
+
+    out: dict = {
+        "tokens": torch.cat([pad_seq(b.tokens, b, 0) for b in batches]),
+        "attention_mask": torch.cat([pad_seq(b.attention_mask, b, False) for b in batches]),
+        "loss_mask": torch.cat([pad_resp(b.loss_mask, False) for b in batches]),
+        "prompt_width": P,
+        "batch_id": batch_id,
+        "source": sum((tuple(b.source) for b in batches), ()),
+    }
+    for name in ("group", "policy_version") + _B_FIELDS:
+        vals = [getattr(b, name) for b in batches]
+        _same_presence(name, vals)
+        if vals[0] is not None:
+            out[name] = torch.cat(vals)
+    for name in _BT_FIELDS:
+        vals = [getattr(b, name) for b in batches]
+        _same_presence(name, vals)
+        if vals[0] is not None:
+            out[name] = torch.cat([pad_resp(v, 0.0) for v in vals])
+    for name in ("reward_vectors", "reward_intervals"):
+        vals = [getattr(b, name) for b in batches]
+        _same_presence(name, vals)
+        if vals[0] is not None:
+            out[name] = torch.cat(vals)
+    keys = set(first.outcome)
+    if any(set(b.outcome) != keys for b in batches):
+        raise ValueError("cannot concatenate batches with different outcome metrics")
+    out["outcome"] = {k: torch.cat([b.outcome[k] for b in batches]) for k in keys}
+    extras = {}
+    for k, v in first.extras.items():
+        if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == first.size:
+            extras[k] = torch.cat([b.extras[k] for b in batches])
+    out["extras"] = extras
+    return dataclasses.replace(first, **out)
+
+
+def _same_presence(name: str, vals: list) -> None:
+    if len({v is None for v in vals}) > 1:
+        raise ValueError(f"cannot concatenate batches where only some carry `{name}`")

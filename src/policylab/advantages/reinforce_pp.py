@@ -1,0 +1,211 @@
+"""REINFORCE++: KL-shaped return-to-go with batch-global normalization, and its
+group-baseline variant with a global (batch or EMA) scale.
+
+Paper: "REINFORCE++" by Hu et al., arXiv:2501.03262. The title changed across revisions;
+METHODS.md cites "REINFORCE++: An Efficient RLHF Algorithm with Robustness to Both Prompt
+and Reward Models", the current revision (v9) is "REINFORCE++: Stabilizing Critic-Free
+Policy Optimization with Global Advantage Normalization" — which one the library cites
+is **unconfirmed**. The k1 per-token KL in the reward and A_t = r − β·Σ_{u≥t} KL_u are
+confirmed against secondary descriptions of the paper; the EMA scale is not from the
+paper (METHODS.md option, see `EmaScale`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_finite, check_mask, check_same_shape
+from ..errors import BatchReuseError, PolicylabError, ShapeError
+from ._group import Groups, check_nonneg, check_rewards
+from .gae import whiten
+
+
+def reinforce_pp_returns(
+    rewards: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl_coef: float,
+) -> torch.Tensor:
+    """KL-shaped return-to-go before whitening, `[B, T]`.
+
+        kl_t = lp_old,t − lp_ref,t                      (k1 estimator, valid tokens only)
+        A_t  = r − β · Σ_{u ≥ t, valid} kl_u            (terminal reward, γ = 1)
+
+    Example: kl = [0.1, 0.2, 0.3], β = 1, r = 1 → [0.4, 0.5, 0.7].
+
+    Args:
+        rewards: `[B]` scalar reward of each response (one sample per prompt is fine).
+        logp_old: `[B, T]` log-probs of the sampling policy (training-side recompute).
+        logp_ref: `[B, T]` log-probs of the KL anchor.
+        mask: `[B, T]` bool, True = the token counts; every row needs >= 1 valid token
+            (otherwise its reward would be silently dropped: ShapeError).
+        kl_coef: β >= 0.
+
+    Exactly 0 where `mask` is False (NaN there cannot leak). Detached (the KL enters the
+    reward, not the loss); dtype of `logp_old`.
+    """
+    check_mask(mask, "mask")
+    if logp_old.dim() != 2:
+        raise ShapeError(f"`logp_old` must be [B, T], got {tuple(logp_old.shape)}")
+    check_same_shape("logp_old", logp_old, logp_ref=logp_ref, mask=mask)
+    check_rewards(rewards)
+    if rewards.shape[0] != logp_old.shape[0]:
+        raise ShapeError(f"`rewards` has {rewards.shape[0]} entries but `logp_old` has {logp_old.shape[0]} rows")
+    check_finite(logp_old, "logp_old", mask)
+    check_finite(logp_ref, "logp_ref", mask)
+    check_nonneg(kl_coef, "kl_coef")
+    empty = ~mask.any(dim=1)
+    if bool(empty.any()):
+        rows = empty.nonzero().squeeze(-1).tolist()[:10]
+        raise ShapeError(f"`mask` row(s) {rows} have no valid token: their reward would be dropped")
+    zero = torch.zeros((), dtype=logp_old.dtype, device=logp_old.device)
+    kl = torch.where(mask, logp_old.detach() - logp_ref.detach(), zero)
+    kl_to_go = kl.flip(1).cumsum(1).flip(1)
+    r = rewards.detach().to(logp_old.dtype).unsqueeze(1)
+    return torch.where(mask, r - kl_coef * kl_to_go, zero)
+
+
+def reinforce_pp(
+    rewards: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kl_coef: float,
+    eps: float = 1e-8,
+    std: str = "population",
+) -> torch.Tensor:
+    """REINFORCE++ token advantages, `[B, T]`: `reinforce_pp_returns` whitened over all
+    valid tokens of the batch,
+
+        A ← (A − mean_batch A) / (std_batch A + eps)
+
+    with `std` the convention of the batch std ("population" default; the paper does not
+    say). Then the PPO clip objective (a separate stage). Detached, 0 where `mask` is
+    False. Args as in `reinforce_pp_returns`.
+    """
+    returns = reinforce_pp_returns(rewards, logp_old, logp_ref, mask, kl_coef=kl_coef)
+    return whiten(returns, mask, eps=eps, std=std)
+
+
+class EmaScale:
+    """Exponential moving average of the second moment of group-centred rewards, the
+    global scale of `reinforce_pp_baseline(scale="ema")`.
+
+        m ← d · m + (1 − d) · mean_i(c_i²)     once per training batch;  scale = √m
+
+    `decay` d in [0, 1) is explicit (no default: it is **unconfirmed**, the paper does not
+    describe an EMA). Library decision: the first update sets m to the batch value (no
+    zero start, so no bias correction is needed).
+
+    Only `update` changes the state, and `reinforce_pp_baseline` calls it only when its
+    caller passes `update=True`: evaluation passes `update=False`, so evaluation batches
+    never reach the state. `update(..., batch_id=...)` refuses the id it saw last
+    (BatchReuseError), so one training batch cannot advance the EMA twice in a row.
+    `state_dict()` / `load_state_dict()` let the trainer checkpoint it.
+    """
+
+    def __init__(self, decay: float):
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
+            raise PolicylabError(f"`decay` must be a number in [0, 1), got {decay!r}")
+        self.decay = float(decay)
+        self.second_moment: float | None = None
+        self.n_updates = 0
+        self.last_batch_id: str | None = None
+
+    @property
+    def scale(self) -> float:
+        """√m; raises before the first update (evaluation cannot initialize it)."""
+        if self.second_moment is None:
+            raise PolicylabError(
+                "EmaScale has no state yet: the first call must be a training call with update=True"
+            )
+        return math.sqrt(self.second_moment)
+
+    def update(self, centred: torch.Tensor, *, batch_id: str | None = None) -> None:
+        """Fold one training batch of centred rewards `[B]` into the average."""
+        check_rewards(centred, "centred")
+        if batch_id is not None and batch_id == self.last_batch_id:
+            raise BatchReuseError(f"EmaScale already advanced on batch {batch_id!r}; it advances once per batch")
+        batch_moment = float((centred.detach().double() ** 2).mean())
+        if self.second_moment is None:
+            self.second_moment = batch_moment
+        else:
+            self.second_moment = self.decay * self.second_moment + (1.0 - self.decay) * batch_moment
+        self.n_updates += 1
+        self.last_batch_id = batch_id
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "second_moment": self.second_moment,
+                "n_updates": self.n_updates, "last_batch_id": self.last_batch_id}
+
+    def load_state_dict(self, state: dict) -> None:
+        if float(state["decay"]) != self.decay:
+            raise PolicylabError(
+                f"checkpointed EmaScale has decay {state['decay']}, this one {self.decay}; "
+                "build it with the checkpointed decay"
+            )
+        self.second_moment = state["second_moment"]
+        self.n_updates = int(state["n_updates"])
+        self.last_batch_id = state["last_batch_id"]
+
+
+def reinforce_pp_baseline(
+    rewards: torch.Tensor,
+    group: torch.Tensor,
+    *,
+    scale: str,
+    ema: EmaScale | None = None,
+    update: bool | None = None,
+    batch_id: str | None = None,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """REINFORCE++ with baseline: group-mean centring, then one global scale, `[B]`.
+
+        c_i = r_i − mean_g r                  (local centring only)
+        A_i = c_i / (s + eps),  s = √(mean_batch c²)        scale = "batch_std"
+                                s = EmaScale.scale           scale = "ema"
+
+    The batch mean of c is 0 (each group sums to 0), so √(mean c²) is the population std
+    of the centred values; this is the convention that reproduces METHODS.md's case:
+    groups [1, 0] and [0.6, 0.4] → c = [0.5, −0.5, 0.1, −0.1], s = √0.13 = 0.3606 →
+    [1.387, −1.387, 0.277, −0.277] (unbiased std √(0.52/3) would give ±1.201, ±0.240).
+    The 5:1 gap between groups is kept, where group-local std would give ±1 to both.
+
+    Args:
+        scale: "batch_std" or "ema" (no default: the choice changes the method).
+        ema: the EmaScale, required with "ema", refused with "batch_std".
+        update: required with "ema": True on training batches (advances the EMA with this
+            batch's c first, then divides by the updated scale), False on evaluation
+            batches (reads the scale, never changes it). With "batch_std" it may be
+            None/False; True is refused (there is no state to update).
+        batch_id: passed to `EmaScale.update` (refuses advancing twice on one batch).
+        eps: added to the scale, >= 0.
+
+    Singleton and all-equal groups give exactly 0. Detached; dtype of `rewards`.
+    """
+    check_rewards(rewards)
+    check_nonneg(eps, "eps")
+    groups = Groups.of(group, rewards.shape[0])
+    centred = groups.standardize(rewards.detach(), None, 0.0)
+    if scale == "batch_std":
+        if ema is not None or update:
+            raise PolicylabError("scale='batch_std' uses no EmaScale: pass ema=None and update=None/False")
+        s = (centred * centred).mean().sqrt()
+    elif scale == "ema":
+        if ema is None:
+            raise PolicylabError("scale='ema' needs `ema`, an EmaScale owned (and checkpointed) by the trainer")
+        if not isinstance(update, bool):
+            raise PolicylabError(
+                "scale='ema' needs an explicit `update`: True on training batches, False on evaluation"
+            )
+        if update:
+            ema.update(centred, batch_id=batch_id)
+        s = centred.new_tensor(ema.scale)
+    else:
+        raise PolicylabError(f"`scale` must be 'batch_std' or 'ema', got {scale!r}")
+    return centred / (s + eps)

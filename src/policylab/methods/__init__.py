@@ -1,0 +1,6 @@
+"""Method registry: `methods.get(name)`, `methods.names()`, and the recipes' cards."""
+
+from . import recipes as _recipes  # noqa: F401  (registers every method)
+from .registry import REGISTRY, Card, KLSpec, Recipe, UnknownMethodError, get, names
+
+__all__ = ["REGISTRY", "Card", "KLSpec", "Recipe", "UnknownMethodError", "get", "names"]

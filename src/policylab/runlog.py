@@ -1,0 +1,108 @@
+"""Run logging: metrics.jsonl (one JSON object per step, appended and flushed), TensorBoard
+events, and PNG plots refreshed as the run goes.
+
+On resume the log is appended to, never rewritten: lines of steps after the resumed
+checkpoint (work that is being redone) are kept and marked by the `resumed_from` record,
+so nothing already written is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+PLOTS = {
+    "reward.png": [("reward/mean", "reward (mean)"), ("accuracy", "accuracy (train samples)"), ("eval/accuracy", "accuracy (held-out)")],
+    "length.png": [("response/length_mean", "mean response length (tokens)")],
+    "entropy.png": [("policy/entropy", "mean token entropy (nats)")],
+    "kl.png": [("kl/ref_k3", "KL to reference (k3, sampled tokens)"), ("kl/old_k3", "KL old→new after update (k3)")],
+    "clip.png": [("policy/clip_frac", "clipped fraction (gradient-zeroing regions)")],
+}
+
+
+def _jsonable(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class RunLog:
+    def __init__(self, run_dir: Path, *, tensorboard: bool = True):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        self._fh = open(self.path, "a", buffering=1)
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except ImportError:  # tensorboard is an optional extra
+                self._tb = None
+
+    def event(self, **record) -> None:
+        """A non-step record (run start, resume, evaluation summary)."""
+        self._fh.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+
+    def log(self, step: int, metrics: dict) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._fh.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in row.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Step rows of a metrics.jsonl; if a step was redone after a resume, the last row wins."""
+    rows: dict[int, dict] = {}
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if "step" in rec:
+            rows[rec["step"]] = rec
+    return [rows[k] for k in sorted(rows)]
+
+
+def write_plots(run_dir: Path) -> list[Path]:
+    """Refresh the PNG plots from metrics.jsonl. Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
+    out = []
+    if not rows:
+        return out
+    plot_dir = Path(run_dir) / "plots"
+    plot_dir.mkdir(exist_ok=True)
+    for fname, series in PLOTS.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        drawn = False
+        for key, label in series:
+            pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, ms=3, label=label)
+                drawn = True
+        if drawn:
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            fig.savefig(plot_dir / fname, dpi=100)
+            out.append(plot_dir / fname)
+        plt.close(fig)
+    return out
