@@ -27,7 +27,7 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
             sl = slice(start, min(start + batch_size, n_prompts))
             batch = engine.generate(
                 prompts[sl], group_size=samples, sampling=sampling, max_new_tokens=max_new_tokens,
-                policy_version=-1, batch_id=f"eval-{start}", record_logprobs=False,
+                policy_version=-1, batch_id=f"eval-{start}",
             )
             texts = engine.decode_responses(batch)
             golds = [a for a in answers[sl] for _ in range(samples)]

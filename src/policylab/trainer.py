@@ -53,7 +53,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, *, console=None):
         from .models import load_policy
-        from .tasks import build_task
+        from .taskrun import build_task
 
         self.cfg = cfg
         self.console = console
@@ -141,7 +141,8 @@ class Trainer:
         scored = score(self.recipe, texts, answers, batch.group, batch.response_lengths, self.task.reward_fn, overlong=overlong)
         greedy = None
         if self.recipe.greedy_baseline:
-            g_texts = self.engine.greedy_texts(prompts, max_new_tokens=r.max_new_tokens)
+            g_ids = self.engine.greedy(prompts, max_new_tokens=r.max_new_tokens)
+            g_texts = self.tokenizer.batch_decode(g_ids, skip_special_tokens=True)
             g = torch.as_tensor(self.task.reward_fn(g_texts, [e.answer for e in examples]), dtype=torch.float32)
             greedy = g.repeat_interleave(r.group_size)
         self._last_info = scored.info

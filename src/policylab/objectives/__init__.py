@@ -1,0 +1,31 @@
+"""Objectives: per-token loss matrices `[B, T]` plus detached diagnostics; never aggregated.
+
+Every objective returns `(loss [B, T], metrics)`: loss is exactly 0 at masked positions,
+metrics are detached 0-dim tensors with the keys `METRIC_KEYS` (explained in
+`objectives._metrics`). Reduce the loss with `policylab.aggregate.aggregate`.
+
+    ppo_clip    token PPO clip (+ DAPO clip-higher, + dual clip)        ppo.py
+    gspo        sequence ratio, one clip per response                   gspo.py
+    gspo_token  sequence ratio with per-token advantages                gspo.py
+    cispo       clipped detached IS weight × log-prob                   cispo.py
+    gppo        PPO values, bounded gradients on clipped tokens         gppo.py
+    reinforce   −A·lp with an optional detached weight                  reinforce.py
+"""
+
+from ._metrics import DEFAULT_LOG_RATIO_CLAMP, METRIC_KEYS
+from .cispo import cispo
+from .gppo import gppo
+from .gspo import gspo, gspo_token
+from .ppo import ppo_clip
+from .reinforce import reinforce
+
+__all__ = [
+    "ppo_clip",
+    "gspo",
+    "gspo_token",
+    "cispo",
+    "gppo",
+    "reinforce",
+    "METRIC_KEYS",
+    "DEFAULT_LOG_RATIO_CLAMP",
+]

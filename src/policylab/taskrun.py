@@ -1,0 +1,89 @@
+"""The trainer's view of a task: a resumable train stream, a held-out split and the
+verifier. Built from `TaskConfig`; the task modules themselves stay free of trainer code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .config import ConfigError, TaskConfig
+
+
+@dataclass
+class TaskSource:
+    next_train: Callable[[int], list]  # n -> list[Example]; advances the stream
+    heldout: Callable[[int], list]  # n -> list[Example] (fixed, same for every seed)
+    reward_fn: Callable[[list[str], list[str]], list[float]]  # gold-based verifier
+    state_dict: Callable[[], dict]
+    load_state_dict: Callable[[dict], None]
+    describe: str
+
+
+def _reward_fn(name: str):
+    """A built-in verifier by name, or any function given as "package.module:function"
+    with the signature (responses: list[str], answers: list[str]) -> list[float]."""
+    from . import rewards
+
+    if ":" in name:
+        import importlib
+
+        mod, _, fn = name.partition(":")
+        try:
+            return getattr(importlib.import_module(mod), fn)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"task.reward {name!r}: cannot import {fn} from {mod}: {exc}") from exc
+    if name == "exact_numeric":
+        return rewards.exact_numeric_reward
+    if name == "math_verify":
+        return rewards.math_verify_reward
+    raise ConfigError(f"task.reward {name!r} is not one of exact_numeric, math_verify")
+
+
+def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
+    reward = _reward_fn(cfg.reward)
+    if cfg.name == "arithmetic":
+        from .tasks.arithmetic import ArithmeticTask
+
+        t = ArithmeticTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed)
+        return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
+                          t.load_state_dict, f"arithmetic {'/'.join(cfg.ops)}, {cfg.digits} digit(s); "
+                          f"{t.heldout_size()} distinct held-out problems")
+    if cfg.name == "jsonl":
+        return _jsonl_source(cfg, reward, seed)
+    if cfg.name == "reasoning_gym":
+        raise ConfigError("task.name=reasoning_gym: use the adapter in policylab.tasks.reasoning_gym from Python; "
+                          "the trainer config path for it is not wired yet")
+    raise ConfigError(f"unknown task {cfg.name!r}")
+
+
+def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
+    import random
+
+    from .tasks.jsonl import load_jsonl
+
+    if not cfg.path:
+        raise ConfigError("task.name=jsonl needs task.path (a file with one {\"prompt\", \"answer\"} per line)")
+    train = load_jsonl(cfg.path)
+    held = load_jsonl(cfg.heldout_path) if cfg.heldout_path else []
+    if not train:
+        raise ConfigError(f"{cfg.path} has no examples")
+    order = list(range(len(train)))
+    state = {"position": 0}
+
+    def next_train(n: int) -> list:
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(state["position"], len(train))
+            perm = order[:]
+            random.Random(seed * 1_000_003 + epoch).shuffle(perm)
+            out.append(train[perm[i]])
+            state["position"] += 1
+        return out
+
+    def heldout(n: int) -> list:
+        if not held:
+            raise ConfigError("evaluation needs task.heldout_path for a jsonl task (set eval.n=0 to skip evaluation)")
+        return [held[j % len(held)] for j in range(n)]
+
+    return TaskSource(next_train, heldout, reward, lambda: dict(state),
+                      lambda s: state.update(position=int(s["position"])), f"jsonl {cfg.path} ({len(train)} train)")

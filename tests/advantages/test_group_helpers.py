@@ -1,0 +1,53 @@
+"""The private scatter helpers every group estimator uses (advantages/_group.py)."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from policylab.advantages._group import Groups, std_ddof
+from policylab.errors import GroupError, PolicylabError, ShapeError
+
+
+def test_positions_rank_rows_inside_their_group_in_batch_order():
+    group = torch.tensor([40, -3, 40, 7, -3, 40])
+    g = Groups.of(group, 6)
+    pos, g_max = g.positions()
+    # unique sorted ids: -3 -> 0, 7 -> 1, 40 -> 2; ranks follow batch order inside a group
+    assert g.dense.tolist() == [2, 0, 2, 1, 0, 2]
+    assert pos.tolist() == [0, 0, 1, 0, 1, 2]
+    assert g_max == 3
+    assert g.sizes.tolist() == [2, 1, 3]
+
+
+def test_flat_is_exact_equality_and_centre_gives_exact_zero():
+    # 0.1 three times: the scatter mean 0.3/3 is not exactly 0.1 in floating point,
+    # so a plain r - mean would leave ~1e-17 residue that a std division amplifies.
+    x = torch.tensor([0.1, 0.1, 0.1, 0.2, 0.3], dtype=torch.float64)
+    g = Groups.of(torch.tensor([5, 5, 5, 9, 9]), 5)
+    naive_residue = x[:3] - x[:3].sum() / 3
+    assert bool((naive_residue != 0).any()), "the case must exercise the rounding"
+    c, flat = g.centre(x)
+    assert flat.tolist() == [True, False]
+    assert c[:3].tolist() == [0.0, 0.0, 0.0]
+    assert_close(c[3:], torch.tensor([-0.05, 0.05], dtype=torch.float64))
+
+
+def test_standardize_handles_a_trailing_dimension_per_column():
+    x = torch.tensor([[1.0, 5.0], [0.0, 5.0], [2.0, 1.0], [4.0, 3.0]], dtype=torch.float64)
+    g = Groups.of(torch.tensor([0, 0, 1, 1]), 4)
+    out = g.standardize(x, ddof=0, eps=0.0)
+    # group 0: column 0 -> [1, -1]; column 1 flat -> [0, 0]; group 1: [-1, 1] in both
+    expected = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+def test_bad_conventions_and_group_ids_are_refused():
+    with pytest.raises(PolicylabError, match="`std` must be"):
+        std_ddof("biased")
+    with pytest.raises(GroupError, match="1-D integer"):
+        Groups.of(torch.tensor([0.0, 1.0]), 2)
+    with pytest.raises(ShapeError, match="2 entries but there are 3"):
+        Groups.of(torch.tensor([0, 1]), 3)
+    g = Groups.of(torch.tensor([3, 3, 8]), 3)
+    with pytest.raises(GroupError, match=r"group id\(s\) \[8\]"):
+        g.refuse_singletons(torch.tensor([3, 3, 8]), "m", "why")

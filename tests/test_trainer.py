@@ -1,0 +1,94 @@
+"""Trainer invariants on a tiny random Llama with the SmolLM2 tokenizer."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from policylab import methods
+from policylab.trainer import Trainer
+from policylab.update import optimizer_step
+
+from trainer_utils import tiny_config
+
+
+def _params(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_lr_zero_gives_ratio_exactly_one_and_unchanged_weights(tiny_model_dir, tmp_path):
+    # two passes over the batch force a separate old-logprob pass; with lr = 0 the weights
+    # never move, so the recomputed logp equals logp_old bit for bit and every ratio is 1
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", train={"lr": 0.0, "epochs": 2, "steps": 1})
+    tr = Trainer(cfg)
+    before = _params(tr.model)
+    m = tr.train_step()
+    assert m["policy/ratio/min"] == 1.0 and m["policy/ratio/max"] == 1.0
+    assert m["policy/clip_frac"] == 0.0
+    for k, v in _params(tr.model).items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_same_update_for_every_micro_batch_split(tiny_model_dir, tmp_path):
+    # fp64 model, SGD: the summed gradient must not depend on the micro-batch size because
+    # each micro-batch divides by the normalizer of the whole optimizer step
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", train={"dtype": "fp64"},
+                      rollout={"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 5})
+    tr = Trainer(cfg)
+    batch, _ = tr.collect()
+    batch = tr.prepare(batch)
+    adv = torch.linspace(-1, 1, batch.size, dtype=torch.float64)
+    start = _params(tr.model)
+    deltas = {}
+    for mode in ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"]:
+        recipe = methods.get("grpo").with_params({"kl_coef": 0.0})
+        recipe = recipe.__class__(**{**recipe.__dict__, "aggregation": mode})
+        for mbs in [1, 2, 4, 8]:
+            tr.model.load_state_dict(start)
+            opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
+            optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=mbs, dtype="fp64",
+                           grad_clip=0.0, old_from_same_forward=True, L_norm=5.0)
+            deltas[(mode, mbs)] = {k: v - start[k] for k, v in tr.model.state_dict().items()}
+        ref = deltas[(mode, 8)]
+        assert max(float(d.abs().max()) for d in ref.values()) > 1e-6  # the update is not trivially zero
+        for mbs in [1, 2, 4]:
+            for k in ref:
+                torch.testing.assert_close(deltas[(mode, mbs)][k], ref[k], rtol=1e-9, atol=1e-12)
+
+
+def test_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
+    full = Trainer(tiny_config(tiny_model_dir, tmp_path / "a", train={"steps": 4}))
+    rows_full = [full.train_step() for _ in range(4)]
+
+    first = Trainer(tiny_config(tiny_model_dir, tmp_path / "b", train={"steps": 4}))
+    for _ in range(2):
+        first.train_step()
+    first.save()
+    second = Trainer(tiny_config(tiny_model_dir, tmp_path / "b", train={"steps": 4}))
+    assert second.restore() and second.step == 2
+    rows_resumed = [second.train_step() for _ in range(2)]
+
+    for k, v in _params(full.model).items():
+        torch.testing.assert_close(_params(second.model)[k], v, rtol=1e-5, atol=1e-6)
+    for a, b in zip(rows_full[2:], rows_resumed):
+        assert a["reward/mean"] == b["reward/mean"]
+        assert a["response/length_mean"] == b["response/length_mean"]
+        assert math.isclose(a["loss/policy"], b["loss/policy"], rel_tol=1e-4, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("name", methods.names())
+def test_every_method_runs_one_real_step(name, tiny_model_dir, tmp_path):
+    recipe = methods.get(name)
+    if not recipe.runnable:
+        pytest.skip("literature-only card")
+    sections = {"method": name, "method_params": {}}
+    if name == "grpo_process":
+        pytest.xfail("grpo_process needs a step scorer; covered by its kernel tests")
+    cfg = tiny_config(tiny_model_dir, tmp_path / name, **sections)
+    tr = Trainer(cfg)
+    m = tr.train_step()
+    assert m.get("skipped_nonfinite", 0.0) == 0.0
+    assert all(math.isfinite(v) for v in m.values() if isinstance(v, float)), m
+    if not m.get("skipped_no_signal"):
+        assert tr.policy_version >= 1
