@@ -17,7 +17,7 @@ def tiny_config(model_dir, run_dir, **sections):
         "log": {"tensorboard": False, "progress": False, "plot_every": 0},
     }
     for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and key != "method_params":
             base[key] = {**base[key], **value}
         else:
             base[key] = value

@@ -53,22 +53,17 @@ from .errors import PolicylabError, ShapeError
 MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
 
 
-def _check_mode(mode: str, L_norm: float | None, *, shared_normalizer: bool = False) -> None:
+def _check_mode(mode: str, L_norm: float | None, *, uses_L_norm: bool = True) -> None:
+    """Valid mode; L_norm required and positive when this call uses it (only the
+    `seq_mean_token_sum_norm` denominator does); otherwise it is ignored."""
     if mode not in MODES:
         raise ValueError(f"`mode` must be one of {MODES}, got {mode!r}")
-    if shared_normalizer:
-        if L_norm is not None:
-            raise ValueError(
-                "pass `L_norm` to `normalizer(...)`, not together with an explicit `normalizer` "
-                "(the shared normalizer already contains it)"
-            )
-    elif mode == "seq_mean_token_sum_norm":
+    if uses_L_norm and mode == "seq_mean_token_sum_norm":
         if L_norm is None:
             raise ValueError("`L_norm` is required for mode 'seq_mean_token_sum_norm' (Dr. GRPO constant)")
-        if isinstance(L_norm, bool) or not math.isfinite(L_norm) or L_norm <= 0:
+        if isinstance(L_norm, bool) or not isinstance(L_norm, (int, float)) \
+                or not math.isfinite(L_norm) or L_norm <= 0:
             raise ValueError(f"`L_norm` must be a positive finite number, got {L_norm!r}")
-    elif L_norm is not None:
-        raise ValueError(f"`L_norm` only applies to mode 'seq_mean_token_sum_norm', not {mode!r}")
 
 
 def _check_matrix(loss: torch.Tensor, mask: torch.Tensor) -> None:
@@ -90,8 +85,9 @@ def normalizer(mask: torch.Tensor, mode: str, *, L_norm: float | None = None) ->
 
     Call it once per optimizer step on the full optimizer batch's final mask (after every
     filter), all-reduce-summed over ranks if data-parallel, and pass the result to
-    `aggregate(..., normalizer=...)` for each micro-batch. Raises when the mask has no valid
-    token (a step without data must be skipped, not taken on a zero loss).
+    `aggregate(..., normalizer=...)` for each micro-batch. `L_norm` is required by
+    `seq_mean_token_sum_norm` and ignored by the other modes. Raises when the mask has no
+    valid token (a step without data must be skipped, not taken on a zero loss).
     """
     check_mask(mask, "mask")
     if mask.dim() != 2:
@@ -138,7 +134,9 @@ def aggregate(
     `normalizer`: the denominator computed once per optimizer step by `normalizer(...)` over
     the full optimizer batch; this micro-batch's numerator is divided by it, so summing the
     micro-batch results reproduces the full-batch value and gradient exactly. It already
-    contains L_norm, so `L_norm` must then be None. `normalizer=None`: the denominator is
+    contains L_norm, so `L_norm` is then ignored. `L_norm` (the Dr. GRPO constant) is used
+    only by `seq_mean_token_sum_norm` and ignored by the other modes, so a trainer can pass
+    one value for every mode. `normalizer=None`: the denominator is
     computed from this `mask` (single-batch convenience; raises on an all-False mask).
     """
     _check_matrix(loss, mask)
@@ -147,7 +145,7 @@ def aggregate(
         _check_mode(mode, L_norm)
         denom: float | torch.Tensor = _nonzero_denominator(mask, mode, L_norm)
     else:
-        _check_mode(mode, L_norm, shared_normalizer=True)
+        _check_mode(mode, L_norm, uses_L_norm=False)  # already inside the shared normalizer
         denom = _check_normalizer(normalizer)
     return (_numerator(loss, mask, mode) / denom).to(loss.dtype)
 

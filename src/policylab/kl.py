@@ -224,14 +224,15 @@ def reward_penalty(
     coef: float,
     estimator: str = "k1",
 ) -> torch.Tensor:
-    """Per-token KL reward term for KL-in-reward, `[B, T]`, detached: −coef · k(lp_old, lp_ref).
+    """Per-token KL penalty for KL-in-reward, `[B, T]`, detached: coef · k(lp_old, lp_ref).
 
-    Add the result to the per-token rewards (InstructGPT-style shaping, "Training language
+    SUBTRACT it from the per-token rewards (InstructGPT-style shaping, "Training language
     models to follow instructions with human feedback", arXiv 2203.02155:
-    r_t = −β·(lp_old,t − lp_ref,t) with the default k1). It reads the SAMPLER's `logp_old`
-    (the policy that produced the tokens, at sampling time), never the learner's `logp`:
-    a `logp_old` that requires grad is refused. `estimator` in {"k1", "k2", "k3"}; `coef`
-    (β) ≥ 0. Masked positions are exactly 0.
+    r_t = r_t − β·(lp_old,t − lp_ref,t) with the default k1). It reads the SAMPLER's
+    `logp_old` (the policy that produced the tokens, at sampling time), never the learner's
+    `logp`: a `logp_old` that requires grad is refused. With k1 the penalty of a single
+    token can be negative (a bonus); its expectation under the sampler is β·KL ≥ 0.
+    `estimator` in {"k1", "k2", "k3"}; `coef` (β) ≥ 0. Masked positions are exactly 0.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"`estimator` must be one of {ESTIMATORS}, got {estimator!r}")
@@ -248,4 +249,4 @@ def reward_penalty(
     fn = {"k1": k1, "k2": k2, "k3": k3}[estimator]
     with torch.no_grad():
         est = fn(logp_old, logp_ref, mask=mask)
-    return _masked(-coef * est, mask).detach()
+    return _masked(coef * est, mask).detach()

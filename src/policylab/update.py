@@ -105,8 +105,11 @@ def optimizer_step(
     if not old_from_same_forward:
         minibatch.require(recipe.name, "logp_old")
     terms = stages.term_masks(recipe, minibatch)
+    def _L(mode):  # the Dr. GRPO constant belongs to one mode only
+        return L_norm if mode == "seq_mean_token_sum_norm" else None
+
     norms = {
-        name: agg.normalizer(mask, mode, L_norm=L_norm) if bool(mask.any()) else 0.0
+        name: agg.normalizer(mask, mode, L_norm=_L(mode)) if bool(mask.any()) else 0.0
         for name, (mask, mode) in terms.items()
     }
     if all(n == 0.0 for n in norms.values()):
@@ -135,7 +138,7 @@ def optimizer_step(
             mask, mode = stages.term_masks(recipe, mb)[name]
             if norms[name] == 0.0:
                 continue  # no counted token of this term in the whole minibatch
-            part = agg.aggregate(mat, mask, mode, normalizer=norms[name], L_norm=L_norm)
+            part = agg.aggregate(mat, mask, mode, normalizer=norms[name], L_norm=_L(mode))
             total[name] += float(part.detach())
             loss = loss + part
         if not torch.is_tensor(loss):

@@ -91,7 +91,10 @@ def gae(
     zero = torch.zeros((), dtype=dtype, device=values.device)
     r = torch.where(mask, token_rewards.detach().to(dtype), zero)
     v = torch.where(mask, values.detach().to(dtype), zero)
-    decay = gamma * (lam.to(dtype) if isinstance(lam, torch.Tensor) else torch.full((B,), lam, dtype=dtype, device=v.device))
+    if isinstance(lam, torch.Tensor):
+        decay = gamma * lam.to(device=v.device, dtype=dtype)
+    else:
+        decay = torch.full((B,), gamma * lam, dtype=dtype, device=v.device)
 
     adv = torch.zeros_like(v)
     next_value = v.new_zeros(B)  # V of the next valid token (0 past the last one)

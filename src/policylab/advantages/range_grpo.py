@@ -51,7 +51,9 @@ def range_grpo(intervals: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     high[groups.dense, pos] = x[:, 1]
     valid = ~torch.isnan(low)
 
-    # gap[g, i, j] = l_i − u_j where i is strictly above j, else 0 (NaN compares False)
+    # gap[g, i, j] = l_i − u_j where i is strictly above j, else 0 (NaN compares False).
+    # Touching intervals have gap exactly 0, so with this magnitude rule strict and
+    # inclusive determinacy give the same d; the strict test states the spec.
     gap = low.unsqueeze(2) - high.unsqueeze(1)
     above = (gap > 0) & valid.unsqueeze(2) & valid.unsqueeze(1)
     win = torch.where(above, gap, torch.zeros((), dtype=x.dtype, device=x.device))

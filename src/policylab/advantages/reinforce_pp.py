@@ -181,8 +181,8 @@ def reinforce_pp_baseline(
         ema: the EmaScale, required with "ema", refused with "batch_std".
         update: required with "ema": True on training batches (advances the EMA with this
             batch's c first, then divides by the updated scale), False on evaluation
-            batches (reads the scale, never changes it). With "batch_std" it may be
-            None/False; True is refused (there is no state to update).
+            batches (reads the scale, never changes it). Ignored with "batch_std" (no
+            state), so a trainer may pass update=True for every training batch.
         batch_id: passed to `EmaScale.update` (refuses advancing twice on one batch).
         eps: added to the scale, >= 0.
 
@@ -193,8 +193,8 @@ def reinforce_pp_baseline(
     groups = Groups.of(group, rewards.shape[0])
     centred = groups.standardize(rewards.detach(), None, 0.0)
     if scale == "batch_std":
-        if ema is not None or update:
-            raise PolicylabError("scale='batch_std' uses no EmaScale: pass ema=None and update=None/False")
+        if ema is not None:
+            raise PolicylabError("scale='batch_std' uses no EmaScale: pass ema=None")
         s = (centred * centred).mean().sqrt()
     elif scale == "ema":
         if ema is None:

@@ -70,8 +70,10 @@ def value_loss(
     direction); elsewhere ∂ℓ/∂V = V − R.
 
     Metrics (detached 0-dim):
-        value_clip_frac     fraction of valid tokens where the clipped term is strictly
-                            larger, i.e. the critic gets no gradient there (healthy: small).
+        clip_frac           fraction of valid tokens where the clipped term is strictly
+                            larger, i.e. the critic gets no gradient there (healthy: small;
+                            same key as the policy objectives — the caller namespaces it,
+                            e.g. `value/clip_frac`).
         explained_variance  1 − Var(R − V)/Var(R) over valid tokens, V = `values`
                             (healthy: rising towards 1; see `explained_variance`).
     """
@@ -106,7 +108,7 @@ def value_loss(
 
     n = int(mask.sum())
     metrics = {
-        "value_clip_frac": (clipped_wins.sum() / max(n, 1)).to(values.dtype).detach(),
+        "clip_frac": (clipped_wins.sum() / max(n, 1)).to(values.dtype).detach(),
         "explained_variance": explained_variance(v, r, mask),
     }
     return loss, metrics

@@ -36,10 +36,12 @@ def gmc(
 
     weights: [B] trajectory weights >= 0; group: [B] integer group ids; cap > 0
     (**unconfirmed** relation to G). Returns (capped [B] detached; metrics: fraction of
-    groups rescaled, max group mass before / after, ESS before / after).
+    groups rescaled, max group mass before / after, input weight min / mean / max, ESS
+    before / after).
     """
     if not isinstance(weights, torch.Tensor) or weights.dim() != 1 or not weights.is_floating_point():
-        raise ShapeError(f"`weights` must be a 1-D floating tensor [B], got {getattr(weights, 'shape', weights)}")
+        got = getattr(weights, "shape", weights)
+        raise ShapeError(f"`weights` must be a 1-D floating tensor [B], got {got}")
     check_finite(weights, "weights")
     if bool((weights < 0).any()):
         raise ValueError(f"`weights` must be >= 0; got min {weights.min().item()}")
@@ -55,6 +57,8 @@ def gmc(
         "frac_groups_capped": scalar(over.to(torch.float64).mean(), w),
         "max_group_mass": scalar(mass.max() if n_groups else 0.0, w),
         "max_group_mass_capped": scalar(capped_mass.max() if n_groups else 0.0, w),
+        "weight_min": scalar(w.min() if w.numel() else 0.0, w),
+        "weight_mean": scalar(w.mean() if w.numel() else 0.0, w),
         "weight_max": scalar(w.max() if w.numel() else 0.0, w),
         "ess_before": ess(w),
         "ess_after": ess(capped),

@@ -98,15 +98,16 @@ def mis(
     """
     check_roles("mis", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     low, high = check_band(low, high)
-    if kind == "product":
-        sr = seq_ratio_product(logp_old.detach(), logp_behavior.detach(), mask, log_clamp=log_clamp)
-    elif kind == "geomean":
-        sr = seq_ratio_geomean(logp_old.detach(), logp_behavior.detach(), mask, log_clamp=log_clamp)
-    else:
+    if kind not in ("product", "geomean"):
         raise ValueError(f"`kind` must be 'product' or 'geomean', got {kind!r}")
     if mode not in ("mask", "truncate"):
         raise ValueError(f"`mode` must be 'mask' or 'truncate', got {mode!r}")
-    log_r = sr.log_ratio.to(torch.float64)
+    log_clamp = check_positive("log_clamp", log_clamp)
+    # decisions on the float64 log value (no round trip through the input dtype)
+    log_r = seq_log_ratio_sum(logp_old.detach(), logp_behavior.detach(), mask)
+    if kind == "geomean":
+        log_r = log_r / mask.sum(-1).to(torch.float64).clamp_min(1)
+    sr = _guarded(log_r, logp_old, log_clamp)
     log_low = math.log(low) if low > 0 else -math.inf
     log_high = math.log(high)
     below, above = log_r < log_low, log_r > log_high

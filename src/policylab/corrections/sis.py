@@ -28,6 +28,7 @@ import torch
 
 from ..errors import ShapeError
 from ._common import check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
+from .diagnostics import mismatch_stats
 
 
 def _check_topk(ids: torch.Tensor, lp_mu: torch.Tensor, lp_pi: torch.Tensor, mask: torch.Tensor) -> None:
@@ -67,7 +68,9 @@ def sis(
     top-K ids, μ's and π's log-probs at those ids; tokens: [B, T] sampled ids;
     logp_behavior_token: [B, T] μ's log-prob of the sampled token; mask: [B, T] bool.
     generator: owned, seeded torch.Generator (save its state in checkpoints).
-    Returns (accepted [B, T] bool, False where mask is False; metrics).
+    Returns (accepted [B, T] bool, False where mask is False; metrics: acceptance rate and
+    mean probability, envelope, fraction of sampled tokens outside the top-K, fraction of
+    floored envelopes, and the π/μ ratio statistics of the sampled tokens).
     """
     check_roles("sis", mask, logp=logp, logp_behavior_token=logp_behavior_token)
     _check_topk(behavior_topk_ids, behavior_topk_logp, current_topk_logp, mask)
@@ -93,6 +96,7 @@ def sis(
         "frac_sampled_outside_topk": masked_fraction(~in_topk, mask, like),
         "frac_envelope_floored": masked_fraction(
             torch.maximum(log_q_topk.max(-1).values, log_q_y) < 0, mask, like),
+        **mismatch_stats(logp, logp_behavior_token, mask),
     }
     return accepted, prefixed("sis", metrics)
 

@@ -79,9 +79,14 @@ def _adv_remax(batch, recipe, p, state):
 
 
 def _adv_reinforce_pp(batch, recipe, p, state):
+    if recipe.kl is None:
+        # KL switched off (kl_coef=0): the return-to-go is the terminal reward alone; no
+        # reference log-probs are read (the kernel's KL sum is multiplied by 0 here)
+        batch.require(recipe.name, "rewards", "logp_old")
+        a = adv_mod.reinforce_pp(batch.rewards, batch.logp_old, batch.logp_old, batch.loss_mask, kl_coef=0.0)
+        return a, {}
     batch.require(recipe.name, "rewards", "logp_old", "logp_ref")
-    coef = recipe.kl.coef if recipe.kl is not None else 0.0
-    a = adv_mod.reinforce_pp(batch.rewards, batch.logp_old, batch.logp_ref, batch.loss_mask, kl_coef=coef)
+    a = adv_mod.reinforce_pp(batch.rewards, batch.logp_old, batch.logp_ref, batch.loss_mask, kl_coef=recipe.kl.coef)
     return a, {}
 
 

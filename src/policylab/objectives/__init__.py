@@ -29,3 +29,10 @@ __all__ = [
     "METRIC_KEYS",
     "DEFAULT_LOG_RATIO_CLAMP",
 ]
+
+# trust-region and sequence-level objectives (issue 4 family)
+from .ripo import ripo, ripo_bounds, clip_to_bounds  # noqa: E402
+from .fdiv import gppo_fdiv, fdiv_bounds, fdiv_value, DIVERGENCES, TOPOLOGIES  # noqa: E402
+from .tapo import tapo, prefix_geometric_ratio  # noqa: E402
+from .luspo import luspo  # noqa: E402
+from .ggpo import ggpo, gibbs_coefficients  # noqa: E402

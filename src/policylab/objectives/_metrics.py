@@ -37,6 +37,12 @@ bound is inside. Tokens with A = 0 belong to no sign-split region.
   log_ratio_clamped    number of valid tokens whose log-ratio hit the guard (should be 0).
 
 For CISPO without a lower bound (eps_low=None) the two low_* fractions are 0.
+
+A mask with no valid token is legal (a micro-batch whose sequences are all masked out): the
+loss matrix is all 0 (so under a shared normalizer the micro-batch contributes exactly 0,
+see `policylab.aggregate`), fractions and counts are 0, ratio/mean is 0, and ratio/min /
+ratio/max are +inf / −inf, the identities of min and max, so combining micro-batch metrics
+(min of mins, max of maxes, means weighted by valid-token counts) is unaffected.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_finite, check_mask, check_same_shape, expand_adv
-from ..errors import PolicylabError, ShapeError
+from ..errors import ShapeError
 
 DEFAULT_LOG_RATIO_CLAMP = 20.0
 
@@ -89,11 +95,6 @@ def prepare(logp, logp_old, adv, mask) -> TokenBatch:
     if not isinstance(adv, torch.Tensor):
         raise ShapeError(f"`adv` must be a tensor [B] or [B, T], got {type(adv).__name__}")
     adv = expand_adv(adv, logp)
-    if not bool(mask.any()):
-        raise PolicylabError(
-            "`mask` has no valid token: nothing to optimize. Skip this micro-batch (under a "
-            "shared normalizer it contributes exactly 0) or the whole step if it is empty."
-        )
     check_finite(logp, "logp", mask)
     check_finite(adv, "adv", mask)
     if logp_old is not None:
@@ -166,25 +167,28 @@ def clip_regions(ratio, adv, mask, eps_low: float | None, eps_high: float) -> Re
 def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None) -> dict:
     """The metric dict (keys `METRIC_KEYS`) over valid tokens; all detached 0-dim tensors."""
     ratio = ratio.detach()
-    dtype = ratio.dtype
-    n = mask.sum().to(dtype)
+    dtype, device = ratio.dtype, ratio.device
+    zero = torch.zeros((), dtype=dtype, device=device)
+    n = mask.sum().clamp(min=1).to(dtype)  # empty mask: every count is 0, so 0 / 1 = 0
 
-    def frac(m: torch.Tensor | None) -> torch.Tensor:
-        if m is None:
-            return torch.zeros((), dtype=dtype, device=ratio.device)
-        return (m & mask).sum().to(dtype) / n
+    def count(m: torch.Tensor | None) -> torch.Tensor:
+        return zero if m is None else (m & mask).sum().to(dtype)
 
     valid = ratio[mask]
+    if valid.numel() == 0:  # empty micro-batch: identities of min / max, nothing to average
+        inf = torch.tensor(math.inf, dtype=dtype, device=device)
+        lo, mean, hi = inf, zero, -inf
+    else:
+        lo, mean, hi = valid.min(), valid.mean(), valid.max()
     return {
-        "clip_frac": frac(zeroed),
-        "clip_frac/low_pos": frac(regions.low_pos),
-        "clip_frac/low_neg": frac(regions.low_neg),
-        "clip_frac/high_pos": frac(regions.high_pos),
-        "clip_frac/high_neg": frac(regions.high_neg),
-        "dual_clip_frac": frac(dual),
-        "ratio/min": valid.min(),
-        "ratio/mean": valid.mean(),
-        "ratio/max": valid.max(),
-        "log_ratio_clamped": (clamped & mask).sum().to(dtype) if clamped is not None
-        else torch.zeros((), dtype=dtype, device=ratio.device),
+        "clip_frac": count(zeroed) / n,
+        "clip_frac/low_pos": count(regions.low_pos) / n,
+        "clip_frac/low_neg": count(regions.low_neg) / n,
+        "clip_frac/high_pos": count(regions.high_pos) / n,
+        "clip_frac/high_neg": count(regions.high_neg) / n,
+        "dual_clip_frac": count(dual) / n,
+        "ratio/min": lo,
+        "ratio/mean": mean,
+        "ratio/max": hi,
+        "log_ratio_clamped": count(clamped),
     }

@@ -4,7 +4,7 @@ Paper: "Proximal Policy Optimization Algorithms", Schulman et al., arXiv 1707.06
 Eq. (7) (L^CLIP). Decoupled bounds ε_low ≠ ε_high ("clip-higher"): "DAPO: An Open-Source
 LLM Reinforcement Learning System at Scale", arXiv 2503.14476 (ε_low = 0.2, ε_high = 0.28).
 Dual clip: "Mastering Complex Control in MOBA Games with Deep Reinforcement Learning",
-arXiv 1912.09729 (c = 3 there).
+arXiv 1912.09729.
 
 Per valid token, ρ = exp(lp − lp_old):
 

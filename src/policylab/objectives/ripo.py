@@ -18,6 +18,8 @@ with the described geometry, not a verified copy of the published formula.
 Detached: the bounds (computed from lp_old only, once per round; they never change when
 the learner moves, METHODS.md §3.11), the advantages. Loss is 0 where `mask` is False.
 An underflowed p_old = 0 gets the bounds [0, inf] (any ratio is inside the ball's limit).
+Deviation: the shared log-ratio guard of `objectives._metrics` (`log_ratio_clamp`, default
+20) before the exp, as in ppo_clip; metrics use the shared key scheme (`METRIC_KEYS`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,17 @@ import math
 
 import torch
 
-from .._checks import check_finite, expand_adv
-from ..corrections._common import check_positive, check_roles, masked_fraction, masked_log_ratio, scalar
+from .._checks import check_finite
+from ..corrections._common import check_positive, check_roles, scalar
 from ..errors import ShapeError
+from ._metrics import (
+    DEFAULT_LOG_RATIO_CLAMP,
+    Regions,
+    check_log_ratio_clamp,
+    guarded_log_ratio,
+    prepare,
+    summarize,
+)
 
 
 def ripo_bounds(
@@ -67,14 +77,19 @@ def clip_to_bounds(
     *,
     lo: torch.Tensor,
     hi: torch.Tensor,
+    log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
     method: str = "clip_to_bounds",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clip with per-token bounds: loss = −min(ρA, clip(ρ, lo, hi)A), ρ = exp(lp − lp_old).
 
     logp (differentiable), logp_old, mask: [B, T]; adv [B] or [B, T]; lo, hi: detached
-    [B, T] tensors with lo <= 1 <= hi at counted positions. Gradient coefficient (∂L/∂lp =
-    −c·A): c = ρ unless the clipped branch is flat (A > 0 and ρ > hi, or A < 0 and
-    ρ < lo), where c = 0. Returns (loss [B, T], 0 where mask is False; metrics).
+    [B, T] tensors with lo <= 1 <= hi at counted positions (hi may be inf). Gradient
+    coefficient (∂L/∂lp = −c·A): c = ρ unless the clipped branch is flat (A > 0 and ρ > hi,
+    or A < 0 and ρ < lo), where c = 0; a ratio exactly on a bound is inside.
+    log_ratio_clamp: the shared guard of `objectives._metrics` on |lp − lp_old| (hits
+    counted in `log_ratio_clamped`). Returns (loss [B, T], 0 where mask is False; metrics
+    with the shared `METRIC_KEYS`, regions taken against the per-token bounds, plus
+    `<method>/bound_lo_mean` and `<method>/bound_hi_mean` over finite bounds).
     """
     check_roles(method, mask, logp=logp, logp_old=logp_old)
     for name, b in (("lo", lo), ("hi", hi)):
@@ -84,26 +99,23 @@ def clip_to_bounds(
             raise ValueError(f"`{name}` requires grad; trust-region bounds must be detached")
     if bool(((lo > 1) | (hi < 1) | torch.isnan(lo) | torch.isnan(hi))[mask].any()):
         raise ValueError("bounds must satisfy lo <= 1 <= hi at counted positions")
-    adv = expand_adv(adv, logp)
-    check_finite(adv, "adv", mask)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    adv = torch.where(mask, adv, zero)
-    lo_c = torch.where(mask, lo.to(logp.dtype), zero + 1)
-    hi_c = torch.where(mask, hi.to(logp.dtype), zero + 1)
-    rho = torch.exp(masked_log_ratio(logp, logp_old.detach(), mask))
-    clipped = torch.clamp(rho, lo_c, hi_c)
-    loss = torch.where(mask, -torch.minimum(rho * adv, clipped * adv), zero)
+    check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
+    tb = prepare(logp, logp_old, adv, mask)
+    one = torch.ones((), dtype=logp.dtype, device=logp.device)
+    lo_c = torch.where(mask, lo.to(logp.dtype), one)
+    hi_c = torch.where(mask, hi.to(logp.dtype), one)
+    log_ratio, clamped = guarded_log_ratio(tb.logp, tb.logp_old, tb.mask, log_ratio_clamp)
+    rho = log_ratio.exp()
     r = rho.detach()
-    flat = ((adv > 0) & (r > hi_c)) | ((adv < 0) & (r < lo_c))
-    any_tok = bool(mask.any())
-    metrics = {
-        "clip_frac": masked_fraction(flat, mask, logp),
-        "ratio_mean": scalar(r[mask].mean() if any_tok else 0.0, logp),
-        "ratio_max": scalar(r[mask].max() if any_tok else 0.0, logp),
-        "bound_lo_mean": scalar(lo_c[mask].mean() if any_tok else 0.0, logp),
-        "bound_hi_mean": scalar(hi_c[mask][torch.isfinite(hi_c[mask])].mean()
-                                if any_tok and bool(torch.isfinite(hi_c[mask]).any()) else 0.0, logp),
-    }
+    pos, neg = (tb.adv > 0) & mask, (tb.adv < 0) & mask
+    low, high = r < lo_c, r > hi_c
+    reg = Regions(low & pos, low & neg, high & pos, high & neg)
+    eff = torch.where(reg.high_pos, hi_c, torch.where(reg.low_neg, lo_c, rho))
+    loss = torch.where(mask, -eff * tb.adv, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    metrics = summarize(rho, mask, reg, zeroed=reg.low_neg | reg.high_pos, clamped=clamped)
+    finite_hi = hi_c[mask][torch.isfinite(hi_c[mask])]
+    metrics[f"{method}/bound_lo_mean"] = scalar(lo_c[mask].mean(), logp)
+    metrics[f"{method}/bound_hi_mean"] = scalar(finite_hi.mean() if finite_hi.numel() else 0.0, logp)
     return loss, metrics
 
 
@@ -114,12 +126,15 @@ def ripo(
     mask: torch.Tensor,
     *,
     delta: float,
+    log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """RIPO loss: PPO clip with the Fisher–Rao bounds of `ripo_bounds` (see module doc).
 
     logp: [B, T] learner (differentiable); logp_old, mask: [B, T]; adv [B] or [B, T];
-    delta > 0 (**unconfirmed**). Returns (loss [B, T], 0 where mask is False; metrics).
+    delta > 0 (**unconfirmed**). Returns (loss [B, T], 0 where mask is False; metrics:
+    the shared `METRIC_KEYS` plus `ripo/bound_lo_mean`, `ripo/bound_hi_mean`).
     """
     check_roles("ripo", mask, logp=logp, logp_old=logp_old)
     lo, hi = ripo_bounds(logp_old, delta=delta, mask=mask)
-    return clip_to_bounds(logp, logp_old, adv, mask, lo=lo, hi=hi, method="ripo")
+    return clip_to_bounds(logp, logp_old, adv, mask, lo=lo, hi=hi,
+                          log_ratio_clamp=log_ratio_clamp, method="ripo")

@@ -34,12 +34,13 @@ Normalizer = Callable[[str], "str | None"]
 
 
 def majority_vote(
-    answers: Sequence[str | None], *, normalize: Normalizer | None = None
+    votes: Sequence[str | None], *, normalize: Normalizer | None = None
 ) -> tuple[str | None, dict]:
     """Majority label of one group of extracted answers, or None if there is none.
 
     Args:
-        answers: extracted answers of one prompt's samples; None = unparseable.
+        votes: the answers extracted from one prompt's samples; None = unparseable. (Named
+            `votes`, not `answers`, because `answers` means gold everywhere else.)
         normalize: optional output-side equivalence rule applied to every non-None answer
             before counting (e.g. strip units, canonicalize "07" -> "7"); it may return
             None to send an answer to the `none` bucket. It never sees a gold answer.
@@ -51,9 +52,9 @@ def majority_vote(
         parseable answer), `tie` (bool) and `normalized` (the per-sample normalized answers).
     """
     normalized = []
-    for a in answers:
+    for a in votes:
         if a is not None and not isinstance(a, str):
-            raise TypeError(f"answers must be str or None, got {type(a).__name__}: {a!r}")
+            raise TypeError(f"votes must be str or None, got {type(a).__name__}: {a!r}")
         normalized.append(normalize(a) if (a is not None and normalize is not None) else a)
     counts = Counter(a for a in normalized if a is not None)
     ranked = counts.most_common()
@@ -98,16 +99,18 @@ def ttrl_rewards(
     """
     if isinstance(completions, str):
         raise TypeError("`completions` must be a list of str, got a single str")
+    if len(completions) == 0:
+        raise ShapeError("`completions` is empty")
     group_t = torch.as_tensor(group)
     dense, n_groups = group_index(group_t, n=len(completions))
-    answers = [extract(c) for c in completions]
+    extracted = [extract(c) for c in completions]
     members: list[list[int]] = [[] for _ in range(n_groups)]
     for i, g in enumerate(dense.tolist()):
         members[g].append(i)
     rewards = torch.full((len(completions),), float("nan"))
     labels, fractions, n_ties, n_no_answer = [], [], 0, 0
     for idx in members:  # a loop over strings, not a tensor kernel
-        label, info = majority_vote([answers[i] for i in idx], normalize=normalize)
+        label, info = majority_vote([extracted[i] for i in idx], normalize=normalize)
         labels.append(label)
         n_ties += int(info["tie"])
         n_no_answer += int(info["top_count"] == 0)

@@ -14,7 +14,8 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
 
     Each non-blank line must be a JSON object with a string `prompt_field` and an
     `answer_field` that is a string or a number (numbers become their text, 42 -> "42").
-    All other fields go to `Example.meta`, plus meta["line"] (1-based line number).
+    All other fields go to `Example.meta`, plus meta["jsonl_line"] (1-based line number;
+    a record that already has a `jsonl_line` field is refused rather than overwritten).
     Blank lines are skipped. Errors name the file and line: a missing file
     (FileNotFoundError), invalid JSON, a line that is not an object, a missing or null
     field, a field of the wrong type, and a file with no example at all (PolicylabError).
@@ -44,8 +45,10 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
                 raise PolicylabError(
                     f"{where}: field {answer_field!r} must be a string or a number, got {type(answer).__name__}"
                 )
+            if "jsonl_line" in record:
+                raise PolicylabError(f"{where}: field 'jsonl_line' is reserved for the line number")
             meta = {k: v for k, v in record.items() if k not in (prompt_field, answer_field)}
-            examples.append(Example(prompt, str(answer), {**meta, "line": line_no}))
+            examples.append(Example(prompt, str(answer), {**meta, "jsonl_line": line_no}))
     if not examples:
         raise PolicylabError(f"{path}: no examples (the file is empty or blank)")
     return examples
