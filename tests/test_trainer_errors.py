@@ -50,6 +50,6 @@ def test_prompt_longer_than_context(tiny_model_dir, tmp_path):
 
 
 def test_group_size_too_small_for_rloo(tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match="rloo needs rollout.group_size >= 2"):
+    with pytest.raises(ValueError, match="`rloo` needs rollout.group_size >= 2"):
         Trainer(tiny_config(tiny_model_dir, tmp_path / "r", method="rloo", method_params={},
                             rollout={"group_size": 1}))

@@ -73,7 +73,7 @@ class Trainer:
         self.model.train()
         self.model.config.use_cache = True
         self.ref_model = None
-        if self.recipe.kl is not None:
+        if "logp_ref" in self.recipe.required_fields:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         if cfg.train.lora_rank > 0:
             self.model = _wrap_lora(self.model, cfg.train)
@@ -91,6 +91,15 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg.train, self.total_opt_steps))
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
         self.controllers: dict = {}
+        if self.recipe.single_use:
+            if cfg.train.epochs != 1 or cfg.train.minibatches != 1:
+                raise ConfigError(
+                    f"method `{cfg.method}` uses every batch for exactly one update: set train.epochs=1 and "
+                    "train.minibatches=1 (gradient accumulation over micro-batches is fine)"
+                )
+            from .corrections import BatchLedger
+
+            self.controllers["ledger"] = BatchLedger()
         if self.recipe.params.get("scale") == "ema":
             from .advantages import EmaScale
 
@@ -183,8 +192,7 @@ class Trainer:
         t = self.cfg.train
         return (
             t.epochs > 1 or t.minibatches > 1 or self.recipe.correction is not None
-            or "logp_old" in self.recipe.needs or self.cfg.rollout.staleness > 0
-            or (self.recipe.kl is not None and self.recipe.kl.placement == "reward")
+            or "logp_old" in self.recipe.required_fields or self.cfg.rollout.staleness > 0
         )
 
     @torch.no_grad()
@@ -222,13 +230,17 @@ class Trainer:
             self.step += 1
             return metrics
         metrics.update(_rollout_metrics(batch, t_gen))
+        t1 = time.perf_counter()
+        # role passes at the sampling weights: logp_old here is π_old exactly, even when the
+        # batch is trained on k versions later (async mode keeps it: the snapshot route)
+        batch = self.prepare(batch)
         if cfg.rollout.staleness > 0:
             batch = self._stale(batch, metrics)
             if batch is None:
                 self.step += 1
                 return metrics
-        t1 = time.perf_counter()
-        batch = self.prepare(batch)
+        if self.recipe.single_use:
+            self.controllers["ledger"].consume(batch.batch_id, batch.policy_version, self.policy_version)
         scratch = dict(self.controllers)  # stages may add e.g. critic returns; controllers persist
         adv, ainfo = stages.compute_advantages(self.recipe, batch, scratch)
         metrics.update({f"adv/{k}": v for k, v in ainfo.items() if isinstance(v, (int, float)) or torch.is_tensor(v) and v.dim() == 0})

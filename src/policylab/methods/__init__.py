@@ -1,6 +1,7 @@
 """Method registry: `methods.get(name)`, `methods.names()`, and the recipes' cards."""
 
 from . import recipes as _recipes  # noqa: F401  (registers every method)
+from . import recipes_offpolicy as _recipes_offpolicy  # noqa: F401
 from .registry import REGISTRY, Card, KLSpec, Recipe, UnknownMethodError, get, names
 
 __all__ = ["REGISTRY", "Card", "KLSpec", "Recipe", "UnknownMethodError", "get", "names"]

@@ -33,7 +33,7 @@ register(Recipe(
     ),
     advantage="gae", objective="ppo_clip", aggregation="token_mean",
     params=dict(**_PPO_CLIP, gamma=1.0, lam=0.95, value_clip=0.2, whiten=False),
-    kl=KLSpec("k1", 0.05, "reward"), needs=("logp_old", "values", "logp_ref"), critic=True,
+    kl=KLSpec("k1", 0.05, "reward"), needs=("values",), critic=True,
 ))
 
 register(Recipe(
@@ -49,7 +49,7 @@ register(Recipe(
     ),
     advantage="grpo", objective="ppo_clip", aggregation="seq_mean_token_mean",
     params=dict(**_PPO_CLIP, std="unbiased", eps=1e-6),
-    kl=KLSpec("k3", 0.04, "loss"), needs=("rewards", "logp_ref"), min_group_size=2,
+    kl=KLSpec("k3", 0.04, "loss"), needs=("rewards",), min_group_size=2,
 ))
 
 register(Recipe(
@@ -132,7 +132,7 @@ register(Recipe(
         unconfirmed=("which revision/title of the paper the library cites",),
     ),
     advantage="reinforce_pp", objective="ppo_clip", aggregation="token_mean", params=dict(**_PPO_CLIP),
-    kl=KLSpec("k1", 0.01, "reward"), needs=("logp_old", "logp_ref"),
+    kl=KLSpec("k1", 0.01, "reward"), needs=("logp_old",),
 ))
 
 register(Recipe(
@@ -188,7 +188,7 @@ register(Recipe(
         unconfirmed=("ε values: the paper disables the lower bound and tunes the upper one",),
     ),
     advantage="grpo", objective="cispo", aggregation="token_mean",
-    params=dict(eps_low=1.0, eps_high=0.28, std="unbiased", eps=1e-6), min_group_size=2,
+    params=dict(eps_low=None, eps_high=0.28, std="unbiased", eps=1e-6), min_group_size=2,
 ))
 
 register(Recipe(

@@ -71,7 +71,7 @@ class Recipe:
     filter: str | None = None  # "dynamic_sampling"
     shaping: tuple[str, ...] = ()  # "overlong"
     reward_source: str = "verifier"  # verifier | majority_vote (TTRL: no gold)
-    needs: tuple[str, ...] = ()  # RolloutBatch fields the recipe reads
+    needs: tuple[str, ...] = ()  # RolloutBatch fields the stages read (KL-derived ones are added by `required_fields`)
     critic: bool = False
     min_group_size: int = 1
     single_use: bool = False  # each batch may be used for exactly one update
@@ -101,8 +101,16 @@ class Recipe:
                 kl = None
         if "entropy_coef" in overrides:
             params["entropy_coef"] = float(overrides["entropy_coef"])
-        needs = tuple(n for n in self.needs if n != "logp_ref") + (("logp_ref",) if kl else ())
-        return dataclasses.replace(self, params=params, kl=kl, needs=needs)
+        return dataclasses.replace(self, params=params, kl=kl)
+
+    @property
+    def required_fields(self) -> tuple[str, ...]:
+        """Batch fields the recipe reads: its declared needs, plus logp_ref (and logp_old,
+        the sampler-side log-probs KL-in-reward is computed from) when a KL term is on."""
+        extra = ()
+        if self.kl is not None:
+            extra = ("logp_ref",) + (("logp_old",) if self.kl.placement == "reward" else ())
+        return tuple(dict.fromkeys(self.needs + extra))
 
 
 REGISTRY: dict[str, Recipe] = {}

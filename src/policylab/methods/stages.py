@@ -161,50 +161,133 @@ def compute_advantages(recipe: Recipe, batch: RolloutBatch, state: dict) -> tupl
 
 
 # -------------------------------------------------------------------------- objectives
+# Each adapter: (logp [B,T] learner, logp_old [B,T], adv [B] or [B,T], mb, params) -> (loss [B,T], metrics)
 
 
-def _obj_ppo(logp, logp_old, adv, mask, p):
-    return obj_mod.ppo_clip(logp, logp_old, adv, mask, eps_low=p["eps_low"], eps_high=p["eps_high"], dual_clip=p.get("dual_clip"))
+def _obj_ppo(logp, logp_old, adv, mb, p):
+    return obj_mod.ppo_clip(logp, logp_old, adv, mb.loss_mask, eps_low=p["eps_low"], eps_high=p["eps_high"], dual_clip=p.get("dual_clip"))
 
 
-def _obj_gspo(logp, logp_old, adv, mask, p):
-    return obj_mod.gspo(logp, logp_old, adv, mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
+def _obj_gspo(logp, logp_old, adv, mb, p):
+    return obj_mod.gspo(logp, logp_old, adv, mb.loss_mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
 
 
-def _obj_cispo(logp, logp_old, adv, mask, p):
-    return obj_mod.cispo(logp, logp_old, adv, mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
+def _obj_luspo(logp, logp_old, adv, mb, p):
+    return obj_mod.luspo(logp, logp_old, adv, mb.loss_mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
 
 
-def _obj_gppo(logp, logp_old, adv, mask, p):
-    return obj_mod.gppo(logp, logp_old, adv, mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
+def _obj_cispo(logp, logp_old, adv, mb, p):
+    return obj_mod.cispo(logp, logp_old, adv, mb.loss_mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
 
 
-def _obj_reinforce(logp, logp_old, adv, mask, p):
-    return obj_mod.reinforce(logp, adv, mask)
+def _obj_gppo(logp, logp_old, adv, mb, p):
+    return obj_mod.gppo(logp, logp_old, adv, mb.loss_mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
+
+
+def _obj_reinforce(logp, logp_old, adv, mb, p):
+    return obj_mod.reinforce(logp, adv, mb.loss_mask)
+
+
+def _obj_ripo(logp, logp_old, adv, mb, p):
+    return obj_mod.ripo(logp, logp_old, adv, mb.loss_mask, delta=p["delta"])
+
+
+def _obj_gppo_fdiv(logp, logp_old, adv, mb, p):
+    return obj_mod.gppo_fdiv(logp, logp_old, adv, mb.loss_mask, divergence=p["divergence"], topology=p["topology"], delta=p["delta"])
+
+
+def _obj_tapo(logp, logp_old, adv, mb, p):
+    eps0, tau = float(p["eps0"]), float(p["tau"])
+
+    def schedule(t: torch.Tensor) -> torch.Tensor:  # tightens with position: eps0 / sqrt(1 + t/tau)
+        return eps0 / torch.sqrt(1.0 + t.to(logp.dtype) / tau)
+
+    return obj_mod.tapo(logp, logp_old, adv, mb.loss_mask, eps_schedule=schedule)
+
+
+def _obj_ggpo(logp, logp_old, adv, mb, p):
+    mb.require("ggpo", "logp_ref", "rewards")
+    return obj_mod.ggpo(logp, mb.logp_ref, mb.rewards, mb.group, mb.loss_mask, beta=p["beta"], coef_clip=p["coef_clip"])
+
+
+def _obj_online_icepop(logp, logp_old, adv, mb, p):
+    mb.require("online_icepop", "logp_behavior")
+    return corr_mod.online_icepop(logp, mb.logp_behavior, adv, mb.loss_mask, low=p["icepop_low"], high=p["icepop_high"])
+
+
+def _obj_minirl(logp, logp_old, adv, mb, p):
+    mb.require("minirl", "logp_behavior")
+    return corr_mod.minirl_loss(logp, logp_old, mb.logp_behavior, adv, mb.loss_mask,
+                                eps_low=p["eps_low"], eps_high=p["eps_high"], engine_cap=p.get("engine_cap"))
+
+
+def _obj_decoupled(logp, logp_old, adv, mb, p):
+    """missing_old_logits: engine correction on π_old/μ x PPO clip on π_θ/π_old. `logp_old`
+    here must be the exact trainer log-probs at the sampling version (the trainer computes
+    them right after sampling, before any update: the snapshot route)."""
+    mb.require("missing_old_logits", "logp_old", "logp_behavior")
+    version = int(mb.policy_version.max())
+    if int(mb.policy_version.min()) != version:
+        raise PolicylabError("missing_old_logits: a minibatch mixes policy versions; tag each slice separately")
+    old = corr_mod.VersionedLogprobs(mb.logp_old, version, "trainer", "exact")
+    beh = corr_mod.VersionedLogprobs(mb.logp_behavior, version, mb.engine, "exact")
+    kwargs = {"cap": p["tis_cap"]} if p["engine_correction"] == "tis" else {"low": p["icepop_low"], "high": p["icepop_high"]}
+    return corr_mod.decoupled_loss(logp, old, beh, adv, mb.loss_mask, correction=p["engine_correction"],
+                                   correction_kwargs=kwargs, eps_low=p["eps_low"], eps_high=p["eps_high"])
 
 
 OBJECTIVES: dict[str, Callable] = {
     "ppo_clip": _obj_ppo,
     "gspo": _obj_gspo,
+    "luspo": _obj_luspo,
     "cispo": _obj_cispo,
     "gppo": _obj_gppo,
     "reinforce": _obj_reinforce,
+    "ripo": _obj_ripo,
+    "gppo_fdiv": _obj_gppo_fdiv,
+    "tapo": _obj_tapo,
+    "ggpo": _obj_ggpo,
+    "online_icepop": _obj_online_icepop,
+    "minirl": _obj_minirl,
+    "decoupled": _obj_decoupled,
 }
 
 # ------------------------------------------------------------------------- corrections
+# Each adapter: (mb, sg(logp) [B,T], params) -> (detached weights [B,T] or [B], metrics)
 
 
-def _corr_tis(mb, p):
+def _corr_tis(mb, logp_now, p):
     mb.require("tis", "logp_old", "logp_behavior")
     return corr_mod.tis(mb.logp_old, mb.logp_behavior, mb.loss_mask, cap=p["tis_cap"])
 
 
-def _corr_icepop(mb, p):
+def _corr_icepop(mb, logp_now, p):
     mb.require("icepop", "logp_old", "logp_behavior")
     return corr_mod.icepop(mb.logp_old, mb.logp_behavior, mb.loss_mask, low=p["icepop_low"], high=p["icepop_high"])
 
 
-CORRECTIONS: dict[str, Callable] = {"tis": _corr_tis, "icepop": _corr_icepop}
+def _corr_kpop(mb, logp_now, p):
+    mb.require("kpop", "logp_old", "logp_behavior")
+    return corr_mod.kpop(mb.logp_old, mb.logp_behavior, mb.loss_mask, delta=p["kpop_delta"], in_region_weight=p["kpop_weight"])
+
+
+def _corr_mis(mb, logp_now, p):
+    mb.require("mis", "logp_old", "logp_behavior")
+    return corr_mod.mis(mb.logp_old, mb.logp_behavior, mb.loss_mask, low=p["mis_low"], high=p["mis_high"],
+                        kind=p["mis_kind"], mode=p["mis_mode"])
+
+
+def _corr_gmc(mb, logp_now, p):
+    """Trajectory weight = geometric-mean ratio of the current weights (detached) to the
+    behavior that sampled (a stale version in async mode), capped per group."""
+    mb.require("gmc", "logp_behavior")
+    r = corr_mod.seq_ratio_geomean(logp_now, mb.logp_behavior, mb.loss_mask)
+    return corr_mod.gmc(r.ratio.to(logp_now.dtype), mb.group, cap=p["gmc_cap"])
+
+
+CORRECTIONS: dict[str, Callable] = {
+    "tis": _corr_tis, "icepop": _corr_icepop, "kpop": _corr_kpop, "mis": _corr_mis, "gmc": _corr_gmc,
+}
 
 # --------------------------------------------------------------------------- the loss
 
@@ -241,11 +324,11 @@ def loss_terms(
     `logp_old` is the batch's recomputed old log-probs, or sg(logp) for a single on-policy
     update (the trainer decides and records which)."""
     p, mask = recipe.params, mb.loss_mask
-    loss, metrics = OBJECTIVES[recipe.objective](logp, logp_old, adv, mask, p)
+    loss, metrics = OBJECTIVES[recipe.objective](logp, logp_old, adv, mb, p)
     metrics = {f"policy/{k}": v for k, v in metrics.items()}
     if recipe.correction is not None:
-        w, cm = CORRECTIONS[recipe.correction](mb, p)
-        loss = loss * w
+        w, cm = CORRECTIONS[recipe.correction](mb, logp.detach(), p)
+        loss = loss * (w.unsqueeze(-1) if w.dim() == 1 else w)
         metrics.update({f"correction/{k}": v for k, v in cm.items()})
     zero = torch.zeros((), dtype=loss.dtype)
     if recipe.kl is not None and recipe.kl.placement == "loss":
