@@ -1,0 +1,3 @@
+"""Worked examples for the on-policy methods (ppo ... ttrl)."""
+
+from . import example  # noqa: F401

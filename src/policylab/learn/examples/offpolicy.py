@@ -1,0 +1,3 @@
+"""Worked examples for corrections and trust-region objectives (tis ... sis)."""
+
+from . import example  # noqa: F401
