@@ -266,8 +266,13 @@ def concat_batches(batches: list[RolloutBatch], batch_id: str) -> RolloutBatch:
     out["outcome"] = {k: torch.cat([b.outcome[k] for b in batches]) for k in keys}
     extras = {}
     for k, v in first.extras.items():
-        if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == first.size:
-            extras[k] = torch.cat([b.extras[k] for b in batches])
+        if not (isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == first.size):
+            continue
+        parts = [b.extras[k] for b in batches]
+        if v.dim() >= 2 and all(p.shape[1] == b.loss_mask.shape[1] for p, b in zip(parts, batches)):
+            # response-aligned [B, T, ...]: right-pad along T like the other [B, T] fields
+            parts = [torch.nn.functional.pad(p.movedim(1, -1), (0, T - p.shape[1])).movedim(-1, 1) for p in parts]
+        extras[k] = torch.cat(parts)
     out["extras"] = extras
     return dataclasses.replace(first, **out)
 

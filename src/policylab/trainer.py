@@ -90,6 +90,7 @@ class Trainer:
         self.total_opt_steps = cfg.train.steps * cfg.train.epochs * cfg.train.minibatches
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg.train, self.total_opt_steps))
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
+        self.sis_gen = torch.Generator().manual_seed(cfg.seed + 29)  # SIS acceptance draws
         self.controllers: dict = {}
         if self.recipe.single_use:
             if cfg.train.epochs != 1 or cfg.train.minibatches != 1:
@@ -139,6 +140,7 @@ class Trainer:
         batch = self.engine.generate(
             prompts, group_size=r.group_size, sampling=sampling_from(r), max_new_tokens=r.max_new_tokens,
             policy_version=self.policy_version, batch_id=tag, group_ids=groups,
+            record_topk=int(self.recipe.params.get("sis_topk", 0)),
         )
         texts = self.engine.decode_responses(batch)
         answers = [e.answer for e in examples for _ in range(r.group_size)]
@@ -239,6 +241,8 @@ class Trainer:
             if batch is None:
                 self.step += 1
                 return metrics
+        if self.recipe.objective == "sis":
+            batch = self._sis_accept(batch, metrics)
         if self.recipe.single_use:
             self.controllers["ledger"].consume(batch.batch_id, batch.policy_version, self.policy_version)
         scratch = dict(self.controllers)  # stages may add e.g. critic returns; controllers persist
@@ -295,6 +299,24 @@ class Trainer:
         metrics["staleness/versions_behind_max"] = float(lag.max())
         return old
 
+    @torch.no_grad()
+    def _sis_accept(self, batch: RolloutBatch, metrics: dict) -> RolloutBatch:
+        """Draw SIS acceptance once for this round, against the current weights."""
+        from .corrections import sis
+        from .logprobs import model_logprobs_at
+
+        ids = batch.extras["behavior_topk_ids"]
+        cur_topk, cur_tok = [], []
+        for idx in torch.arange(batch.size).split(self.cfg.train.micro_batch_size):
+            mb = batch.select(idx)
+            cur_topk.append(model_logprobs_at(self.model, mb.tokens, mb.attention_mask, mb.prompt_width,
+                                              mb.extras["behavior_topk_ids"], sampling=mb.sampling))
+        cur_tok = self._role_logprobs(self.model, batch)
+        accepted, m = sis(cur_tok, ids, batch.extras["behavior_topk_logp"], torch.cat(cur_topk), batch.response_tokens,
+                          batch.logp_behavior, batch.loss_mask, generator=self.sis_gen)
+        metrics.update({f"correction/{k}": float(v) for k, v in m.items()})
+        return batch.replace(extras={**batch.extras, "sis_accepted": accepted})
+
     # ------------------------------------------------------------- checkpoints
     def state(self) -> dict:
         return {
@@ -306,6 +328,7 @@ class Trainer:
             "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt else None,
             "rng": rng_state(),
             "shuffle_gen": self.shuffle_gen.get_state(),
+            "sis_gen": self.sis_gen.get_state(),
             "task": self.task.state_dict(),
             "controllers": {k: v.state_dict() for k, v in self.controllers.items() if hasattr(v, "state_dict")},
             "stale_queue": self.stale_queue,
@@ -319,6 +342,7 @@ class Trainer:
             self.critic_opt.load_state_dict(st["critic_optimizer"])
         set_rng_state(st["rng"])
         self.shuffle_gen.set_state(st["shuffle_gen"])
+        self.sis_gen.set_state(st["sis_gen"])
         self.task.load_state_dict(st["task"])
         for k, v in st.get("controllers", {}).items():
             self.controllers[k].load_state_dict(v)

@@ -42,6 +42,11 @@ def trim(mb: RolloutBatch, adv: torch.Tensor) -> tuple[RolloutBatch, torch.Tenso
         t = getattr(mb, name)
         if t is not None:
             changes[name] = t[:, :T_keep]
+    T_full = mb.loss_mask.shape[1]
+    changes["extras"] = {
+        k: (v[:, :T_keep] if isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] == T_full else v)
+        for k, v in mb.extras.items()
+    }
     adv = adv[:, :T_keep] if adv.dim() == 2 else adv
     return dataclasses.replace(mb, **changes), adv
 

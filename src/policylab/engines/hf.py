@@ -86,6 +86,7 @@ class HFEngine:
         batch_id: str,
         seed: int | torch.Generator | None = None,
         group_ids: list[int] | None = None,
+        record_topk: int = 0,
     ) -> RolloutBatch:
         """Sample `group_size` responses per prompt: B = len(prompts) * group_size rows,
         prompt i's copies in rows i*G ... i*G+G-1, group id `group_ids[i]` (default i).
@@ -130,6 +131,13 @@ class HFEngine:
              for t, s in enumerate(out.scores)], dim=1,
         )
         logp = torch.where(loss_mask, logp, torch.zeros_like(logp))
+        topk = {}
+        if record_topk > 0:  # the behavior's top-K envelope per position (SIS), same transform
+            lp_all = [torch.log_softmax(s.float(), -1).topk(record_topk, dim=-1) for s in out.scores]
+            topk = {
+                "behavior_topk_ids": torch.stack([t.indices for t in lp_all], dim=1),  # [B, T, K]
+                "behavior_topk_logp": torch.stack([t.values for t in lp_all], dim=1),  # [B, T, K]
+            }
         B = response.shape[0]
         batch = RolloutBatch(
             tokens=out.sequences.long(),
@@ -148,6 +156,7 @@ class HFEngine:
                 "prompt_lengths": prompt_mask.sum(1),
                 "prompt_index": torch.arange(len(prompts), device=response.device).repeat_interleave(G),
                 "seed": used_seed,
+                **topk,
             },
         )
         return batch.validate()

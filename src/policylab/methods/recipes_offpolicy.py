@@ -102,6 +102,16 @@ _correction(
     confirmed="IS correction + clipping + routing replay (arXiv 2512.01374, Qwen team)",
 )
 
+_correction(
+    "sis", title="Turning Off-Policy Tokens On-Policy: A Plug-in Approach for Improving LLM Alignment", arxiv="",
+    summary="per-token rejection sampling against the behavior's top-K envelope: accepted tokens train as on-policy "
+            "(ratio 1), rejected ones keep the host's ratio and clipping",
+    params=dict(sis_topk=8), objective="sis", family="correction (off-policy tokens)",
+    samples="behavior μ = a stale version or another engine; its top-K log-probs are recorded at sampling",
+    not_established="the top-K envelope is approximate; prefixes remain off-policy history",
+    unconfirmed=("title, id", "K", "adding the sampled token to the envelope set (library decision)"),
+)
+
 
 def _objective(name, *, title, arxiv, summary, params, objective, aggregation="token_mean", needs=(),
                not_established, unconfirmed=(), confirmed="", reference="none", family="objective (trust region)"):

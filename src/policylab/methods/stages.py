@@ -236,7 +236,24 @@ def _obj_decoupled(logp, logp_old, adv, mb, p):
                                    correction_kwargs=kwargs, eps_low=p["eps_low"], eps_high=p["eps_high"])
 
 
+def _obj_sis(logp, logp_old, adv, mb, p):
+    """SIS on a PPO host: accepted tokens get the unit carrier (ratio value 1, gradient
+    ∇lp: logp_old replaced by sg(logp) there), rejected tokens keep the host's ratio
+    π_θ/π_old and its clipping. Acceptance was drawn once for the round by the trainer."""
+    if "sis_accepted" not in mb.extras:
+        raise PolicylabError("sis needs extras['sis_accepted'] (the trainer draws it once per round from the "
+                             "behavior top-K recorded at sampling: rollout with record_topk > 0)")
+    mb.require("sis", "logp_old")
+    accepted = mb.extras["sis_accepted"]
+    old_eff = torch.where(accepted, logp.detach(), logp_old)
+    loss, m = obj_mod.ppo_clip(logp, old_eff, adv, mb.loss_mask, eps_low=p["eps_low"], eps_high=p["eps_high"])
+    n = mb.loss_mask.sum().clamp(min=1)
+    m["sis/accepted_frac"] = ((accepted & mb.loss_mask).sum() / n).detach()
+    return loss, m
+
+
 OBJECTIVES: dict[str, Callable] = {
+    "sis": _obj_sis,
     "ppo_clip": _obj_ppo,
     "gspo": _obj_gspo,
     "luspo": _obj_luspo,
