@@ -83,8 +83,6 @@ def test_every_method_runs_one_real_step(name, tiny_model_dir, tmp_path):
     if not recipe.runnable:
         pytest.skip("literature-only card")
     sections = {"method": name, "method_params": {}}
-    if name == "grpo_process":
-        pytest.xfail("grpo_process needs a step scorer; covered by its kernel tests")
     cfg = tiny_config(tiny_model_dir, tmp_path / name, **sections)
     tr = Trainer(cfg)
     m = tr.train_step()

@@ -157,7 +157,13 @@ class Trainer:
             g = torch.as_tensor(self.task.reward_fn(g_texts, [e.answer for e in examples]), dtype=torch.float32)
             greedy = g.repeat_interleave(r.group_size)
         self._last_info = scored.info
-        return attach(batch, scored, greedy)
+        batch = attach(batch, scored, greedy)
+        if self.recipe.advantage == "grpo_process":  # rule-based steps: lines of the response
+            from .rewards.process import line_steps
+
+            steps = line_steps(self.tokenizer, batch.response_tokens, batch.loss_mask, answers, self.task.reward_fn)
+            batch = batch.replace(extras={**batch.extras, **steps})
+        return batch
 
     def collect(self) -> tuple[RolloutBatch, dict]:
         """Sample until the batch has `prompts_per_step` eligible groups (or the refill

@@ -59,7 +59,8 @@ def _autocast(dtype: str):
 
 class MetricAccumulator:
     """Combines micro-batch metrics: keys ending in /min or /max reduce by min/max,
-    counts (ending in _count or /n) add up, everything else is a token-weighted mean."""
+    counts (_count, /n, /n_tokens, log_ratio_clamped) add up, everything else is a
+    token-weighted mean."""
 
     def __init__(self):
         self.sums: dict[str, float] = {}
@@ -72,7 +73,7 @@ class MetricAccumulator:
                 self.sums[k] = min(self.sums.get(k, math.inf), v)
             elif k.endswith("/max"):
                 self.sums[k] = max(self.sums.get(k, -math.inf), v)
-            elif k.endswith("_count") or k.endswith("/n"):
+            elif k.endswith(("_count", "/n", "/n_tokens", "log_ratio_clamped")):
                 self.sums[k] = self.sums.get(k, 0.0) + v
             else:
                 self.sums[k] = self.sums.get(k, 0.0) + v * weight

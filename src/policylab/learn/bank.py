@@ -220,7 +220,9 @@ def _check_placeholders(where: str, named_texts: dict, values: dict, fname: str,
     return ok
 
 
-def _parse_question(raw: Any, where: str, owners: tuple, examples, errors: list, topic: bool) -> Question | None:
+def _parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, topic: bool) -> Question | None:
+    """One question of `file` (owned by `owners`), with its example run and text filled."""
+    where = f"{file} ({'topics' if topic else 'method ' + owners[0]})"
     if not isinstance(raw, dict):
         errors.append(f"{where}: a question must be a mapping, got {type(raw).__name__}")
         return None
@@ -256,7 +258,7 @@ def _parse_question(raw: Any, where: str, owners: tuple, examples, errors: list,
         question={lang: fill(texts[lang]["question"], values, lang) for lang in LANGS},
         answer={lang: fill(texts[lang]["answer"], values, lang) for lang in LANGS},
         example=Example(fname, args, values, {lang: fill(ex_texts[lang], values, lang) for lang in LANGS}),
-        file=where.split(",")[0],
+        file=file,
     )
 
 
@@ -275,3 +277,270 @@ def _load_yaml(path: Path, errors: list):
         errors.append(f"{path.name}: the top level must be a mapping")
         return None
     return data
+
+
+# ------------------------------------------------------------------------ method files
+
+
+def _parse_method_file(path: Path, examples, errors: list) -> MethodEntry | None:
+    data = _load_yaml(path, errors)
+    if data is None:
+        return None
+    name, file = path.stem, path.name
+    if data.get("method") != name:
+        errors.append(f"{file}: `method: {data.get('method')}` does not match the file name (expected `method: {name}`)")
+    extra = set(data) - {"method", "questions"}
+    if extra:
+        errors.append(f"{file} (method {name}): unknown top-level key(s) {sorted(extra)}")
+    raw = data.get("questions")
+    if not isinstance(raw, list):
+        errors.append(f"{file} (method {name}): `questions` must be a list of four questions")
+        return None
+    cats = [q.get("category") for q in raw if isinstance(q, dict)]
+    if len(raw) != len(CATEGORIES) or sorted(map(str, cats)) != sorted(CATEGORIES):
+        missing = [c for c in CATEGORIES if c not in cats]
+        dup = sorted({str(c) for c in cats if cats.count(c) > 1})
+        errors.append(f"{file} (method {name}): needs exactly four questions, one per category "
+                      f"({', '.join(CATEGORIES)}); has {len(raw)}"
+                      + (f", missing {missing}" if missing else "") + (f", repeated {dup}" if dup else ""))
+    questions = []
+    for q in raw:
+        parsed = _parse_question(q, file, (name,), examples, errors, topic=False)
+        if parsed is None:
+            continue
+        if parsed.id != f"{name}-{parsed.category}":
+            errors.append(f"{file} (method {name}), question {parsed.id!r}: id must be `{name}-{parsed.category}`")
+        questions.append(parsed)
+    questions.sort(key=lambda q: CATEGORIES.index(q.category))
+    return MethodEntry(name, methods.get(name), tuple(questions), file)
+
+
+def _check_lang(lang):
+    if lang is not None and lang not in LANGS:
+        raise PolicylabError(f"language must be one of {', '.join(LANGS)}, got {lang!r}")
+
+
+def _in_lang(q: Question, lang) -> Question:
+    if lang is None:
+        return q
+    import dataclasses
+
+    ex = dataclasses.replace(q.example, text={lang: q.example.text[lang]})
+    return dataclasses.replace(q, question={lang: q.question[lang]}, answer={lang: q.answer[lang]}, example=ex)
+
+
+def build_bank(lang: str | None = None, *, bank_dir: Path | str | None = None,
+               examples: Mapping[str, Callable] | None = None, only: list[str] | None = None,
+               complete: bool = True) -> list[MethodEntry]:
+    """Every method's four questions, validated and rendered with live numbers.
+
+    lang: None keeps both languages in each text dict, "en"/"zh" keeps one (both are
+    always validated). bank_dir / examples: injectable for tests (default: the package's
+    `learn/bank/` and `learn.examples.EXAMPLES`). only: restrict to these methods (each
+    must be registered). complete: a method without a bank file is an error; with
+    complete=False such methods are left out. Raises `BankError` listing every problem."""
+    _check_lang(lang)
+    bank_dir = Path(bank_dir) if bank_dir is not None else BANK_DIR
+    examples = _examples(examples)
+    wanted = [methods.get(n).name for n in only] if only is not None else methods.names()
+    errors: list[str] = []
+    files = {p.stem: p for p in sorted(bank_dir.glob("*.yaml"))} if bank_dir.is_dir() else {}
+    if only is None:
+        for p in sorted(bank_dir.glob("*.yml")) if bank_dir.is_dir() else ():
+            errors.append(f"{p.name}: bank files end in .yaml")
+        for stem in sorted(set(files) - set(methods.REGISTRY)):
+            errors.append(f"{stem}.yaml: bank file for unknown method {stem!r}" + _near(stem))
+    entries, seen = [], {}
+    for name in wanted:
+        if name not in files:
+            if complete:
+                errors.append(f"method {name!r} has no bank file (expected {bank_dir / (name + '.yaml')})")
+            continue
+        entry = _parse_method_file(files[name], examples, errors)
+        if entry is None:
+            continue
+        for q in entry.questions:
+            if q.id in seen:
+                errors.append(f"{entry.file}: question id {q.id!r} is also used in {seen[q.id]}")
+            seen[q.id] = entry.file
+        entries.append(entry)
+    if errors:
+        raise BankError(errors)
+    return [MethodEntry(e.name, e.recipe, tuple(_in_lang(q, lang) for q in e.questions), e.file) for e in entries]
+
+
+# ----------------------------------------------------------------------------- topics
+
+
+def _reading_step(raw: Any, i: int, errors: list) -> ReadingStep | None:
+    where = f"topics.yaml, reading_order[{i}]"
+    if not isinstance(raw, dict):
+        errors.append(f"{where}: must be a mapping with topic, methods, why")
+        return None
+    extra = set(raw) - {"topic", "methods", "why"}
+    if extra:
+        errors.append(f"{where}: unknown key(s) {sorted(extra)}")
+    out = {}
+    for key in ("topic", "why"):
+        block = raw.get(key) if isinstance(raw.get(key), dict) else {}
+        texts = _texts({lang: {key: block.get(lang)} for lang in LANGS}, where, (key,), errors)
+        out[key] = {lang: t[key] for lang, t in texts.items() if key in t}
+    ms = raw.get("methods")
+    if not isinstance(ms, list) or not ms:
+        errors.append(f"{where}: `methods` must be a non-empty list of method names")
+        ms = []
+    for m in ms:
+        if m not in methods.REGISTRY:
+            errors.append(f"{where}: {m!r} is not a registered method" + _near(m))
+    return ReadingStep(out["topic"], tuple(ms), out["why"])
+
+
+def _topic_question(raw: Any, examples, errors: list) -> Question | None:
+    ms = raw.get("methods") if isinstance(raw, dict) else None
+    if not (isinstance(ms, list) and len(ms) == 2 and all(isinstance(m, str) for m in ms) and ms[0] != ms[1]):
+        qid = raw.get("id") if isinstance(raw, dict) else None
+        errors.append(f"topics.yaml, question {qid!r}: `methods` must be two different method names, got {ms!r}")
+        return None
+    for m in ms:
+        if m not in methods.REGISTRY:
+            errors.append(f"topics.yaml, question {raw.get('id')!r}: {m!r} is not a registered method" + _near(m))
+    q = _parse_question(raw, "topics.yaml", tuple(ms), examples, errors, topic=True)
+    if q is not None and q.id != f"x-{ms[0]}-{ms[1]}":
+        errors.append(f"topics.yaml, question {q.id!r}: id must be `x-{ms[0]}-{ms[1]}`")
+    return q
+
+
+def topics(lang: str | None = None, *, path: Path | str | None = None,
+           examples: Mapping[str, Callable] | None = None) -> Topics:
+    """`learn/topics.yaml`: reading order and cross-method questions, validated like the
+    bank. A missing file gives empty topics; a present one must be valid (BankError)."""
+    _check_lang(lang)
+    path = Path(path) if path is not None else TOPICS_PATH
+    if not path.exists():
+        return Topics()
+    errors: list[str] = []
+    data = _load_yaml(path, errors)
+    steps, questions = [], []
+    if data is not None:
+        extra = set(data) - {"reading_order", "questions"}
+        if extra:
+            errors.append(f"topics.yaml: unknown top-level key(s) {sorted(extra)}")
+        for i, raw in enumerate(data.get("reading_order") or []):
+            steps.append(_reading_step(raw, i, errors))
+        seen = set()
+        for raw in data.get("questions") or []:
+            q = _topic_question(raw, _examples(examples), errors)
+            if q is not None:
+                if q.id in seen:
+                    errors.append(f"topics.yaml: question id {q.id!r} is used twice")
+                seen.add(q.id)
+                questions.append(q)
+    if errors:
+        raise BankError(errors)
+    pick = (lambda d: d) if lang is None else (lambda d: {lang: d[lang]})
+    steps = [ReadingStep(pick(s.topic), s.methods, pick(s.why)) for s in steps]
+    return Topics(tuple(steps), tuple(_in_lang(q, lang) for q in questions))
+
+
+# ---------------------------------------------------------------- kernels, formulas, table
+
+
+@dataclass(frozen=True)
+class Kernel:
+    stage: str  # advantage | objective | correction
+    key: str  # the recipe's stage name (e.g. "gae", "ppo_clip", "tis")
+    qualname: str  # e.g. "policylab.advantages.gae.gae"
+    path: str  # source file relative to the package root, e.g. "policylab/advantages/gae.py"
+    line: int  # line of the `def`
+    formula: str  # the equation block of its docstring ("" if none)
+
+
+def _equation_block(doc: str | None) -> str:
+    """The first indented block of a docstring (its displayed equations), at most 8 lines."""
+    block: list[str] = []
+    for line in inspect.cleandoc(doc or "").splitlines():
+        if line.startswith("    ") and line.strip():
+            block.append(line[4:].rstrip())
+        elif block:
+            break
+    return "\n".join(block[:8]) if any("=" in b for b in block) else ""
+
+
+def _stage_kernel(stage: str, key: str) -> Kernel:
+    """The policylab kernel a stage adapter calls: the `<alias>.<fn>(` call in its source
+    whose name is the stage key, else starts with it, else the first function called."""
+    from ..methods import stages
+
+    adapter = {"advantage": stages.ADVANTAGES, "objective": stages.OBJECTIVES,
+               "correction": stages.CORRECTIONS}[stage][key]
+    calls = []
+    for alias, fn_name in re.findall(r"\b(\w+)\.(\w+)\(", inspect.getsource(adapter)):
+        fn = getattr(adapter.__globals__.get(alias), fn_name, None)
+        if inspect.isfunction(fn) and fn.__module__.startswith("policylab."):
+            calls.append((fn_name, inspect.unwrap(fn)))
+    if not calls:
+        raise PolicylabError(f"no policylab kernel found in the {stage} adapter {adapter.__name__}")
+    exact = [f for n, f in calls if n == key] or [f for n, f in calls if n.startswith(key)] or [calls[0][1]]
+    fn = exact[0]
+    src = Path(inspect.getsourcefile(fn)).resolve()
+    formula = _equation_block(fn.__doc__) or _equation_block(inspect.getmodule(fn).__doc__)
+    return Kernel(stage, key, f"{fn.__module__}.{fn.__name__}", src.relative_to(PACKAGE_ROOT).as_posix(),
+                  inspect.getsourcelines(fn)[1], formula)
+
+
+def kernels(recipe: Recipe) -> list[Kernel]:
+    """The recipe's stage kernels in pipeline order: advantage, objective, correction."""
+    out = [_stage_kernel("advantage", recipe.advantage), _stage_kernel("objective", recipe.objective)]
+    if recipe.correction is not None:
+        out.append(_stage_kernel("correction", recipe.correction))
+    return out
+
+
+def formula_text(recipe: Recipe) -> str:
+    """Each stage kernel's equation block under a `stage: qualname` line; a kernel whose
+    docstrings show no equation contributes the card summary instead."""
+    parts = []
+    for k in kernels(recipe):
+        parts.append(f"{k.stage}: {k.qualname}\n" + _indent(k.formula or recipe.card.summary))
+    return "\n".join(parts)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+COMPARISON_COLUMNS = (
+    ("method", {"en": "method", "zh": "方法"}),
+    ("family", {"en": "family", "zh": "类别"}),
+    ("samples", {"en": "who samples", "zh": "谁采样"}),
+    ("learns", {"en": "who learns", "zh": "谁学习"}),
+    ("reference", {"en": "reference", "zh": "参考策略"}),
+    ("inputs", {"en": "required inputs", "zh": "所需输入"}),
+    ("stages", {"en": "stages", "zh": "阶段"}),
+    ("changes", {"en": "what it changes (vs PPO/GRPO)", "zh": "相对 PPO/GRPO 的改动"}),
+)
+
+
+def stages_text(r: Recipe) -> str:
+    parts = [f"advantage={r.advantage}", f"objective={r.objective}", f"aggregation={r.aggregation}"]
+    if r.correction:
+        parts.append(f"correction={r.correction}")
+    if r.filter:
+        parts.append(f"filter={r.filter}")
+    if r.shaping:
+        parts.append(f"shaping={','.join(r.shaping)}")
+    if r.kl:
+        parts.append(f"kl={r.kl.estimator}x{r.kl.coef}@{r.kl.placement}")
+    return " ".join(parts)
+
+
+def comparison_table() -> list[dict[str, str]]:
+    """One row per registered method (keys: COMPARISON_COLUMNS), from the registry cards:
+    inputs = recipe.required_fields, changes = card.summary."""
+    rows = []
+    for name in methods.names():
+        r = methods.get(name)
+        rows.append(dict(method=name, family=r.card.family, samples=r.card.samples, learns=r.card.learns,
+                         reference=r.card.reference, inputs=", ".join(r.required_fields) or "rewards only",
+                         stages=stages_text(r), changes=r.card.summary))
+    return rows

@@ -58,7 +58,7 @@ register(Recipe(
         title="DeepSeekMath (process-supervision variant of GRPO)", arxiv="2402.03300",
         family="advantage", **_GRPO_ROLES, reference="as grpo",
         summary="step rewards normalized over the group's pool; a token's advantage sums the normalized rewards of its step and every later step",
-        status="kernel verified; the trainer runs it only with a rule-based step scorer (no PRM)",
+        status="kernel verified; the trainer runs it with a rule-based line scorer (a line earns its reward when its last number is right), not a PRM",
         not_established="PRM quality; tokens after the last step get 0 (library decision)",
         unconfirmed=("advantage of tokens after the last step end",),
     ),
