@@ -201,6 +201,8 @@ class Trainer:
         return (
             t.epochs > 1 or t.minibatches > 1 or self.recipe.correction is not None
             or "logp_old" in self.recipe.required_fields or self.cfg.rollout.staleness > 0
+            # a behavior engine that differs from training: π_old must come from the trainer
+            or self.cfg.rollout.engine_dtype != "fp32"
         )
 
     @torch.no_grad()

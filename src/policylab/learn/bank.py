@@ -97,8 +97,9 @@ class Topics:
 
 
 def render_value(v: Any, lang: str = "en") -> str:
-    """A returned value as shown to the reader: floats with 4 decimals (scientific for
-    |x| < 5e-5 or >= 1e6), lists element-wise, bools as true/false (是/否)."""
+    """A returned value as shown to the reader: floats with 4 decimals (|x| < 1e-12 is
+    float noise and shows as 0.0000; other |x| < 5e-5, and |x| >= 1e6, in 4 significant
+    digits, e.g. 3e-05), lists element-wise, bools as true/false (是/否), None as none (无)."""
     if isinstance(v, bool):
         return ("true" if v else "false") if lang == "en" else ("是" if v else "否")
     if isinstance(v, int):
@@ -106,7 +107,7 @@ def render_value(v: Any, lang: str = "en") -> str:
     if isinstance(v, float):
         if math.isnan(v) or math.isinf(v):
             return str(v)
-        if v != 0 and (abs(v) < 5e-5 or abs(v) >= 1e6):
+        if abs(v) >= 1e6 or 1e-12 <= abs(v) < 5e-5:
             return f"{v:.4g}"
         s = f"{v:.4f}"
         return "0.0000" if s == "-0.0000" else s
@@ -305,12 +306,11 @@ def _parse_method_file(path: Path, examples, errors: list) -> MethodEntry | None
                       + (f", missing {missing}" if missing else "") + (f", repeated {dup}" if dup else ""))
     questions = []
     for q in raw:
+        if isinstance(q, dict) and q.get("category") in CATEGORIES and q.get("id") != f"{name}-{q['category']}":
+            errors.append(f"{file} (method {name}), question {q.get('id')!r}: id must be `{name}-{q['category']}`")
         parsed = _parse_question(q, file, (name,), examples, errors, topic=False)
-        if parsed is None:
-            continue
-        if parsed.id != f"{name}-{parsed.category}":
-            errors.append(f"{file} (method {name}), question {parsed.id!r}: id must be `{name}-{parsed.category}`")
-        questions.append(parsed)
+        if parsed is not None:
+            questions.append(parsed)
     questions.sort(key=lambda q: CATEGORIES.index(q.category))
     return MethodEntry(name, methods.get(name), tuple(questions), file)
 
@@ -404,10 +404,9 @@ def _topic_question(raw: Any, examples, errors: list) -> Question | None:
     for m in ms:
         if m not in methods.REGISTRY:
             errors.append(f"topics.yaml, question {raw.get('id')!r}: {m!r} is not a registered method" + _near(m))
-    q = _parse_question(raw, "topics.yaml", tuple(ms), examples, errors, topic=True)
-    if q is not None and q.id != f"x-{ms[0]}-{ms[1]}":
-        errors.append(f"topics.yaml, question {q.id!r}: id must be `x-{ms[0]}-{ms[1]}`")
-    return q
+    if raw.get("id") != f"x-{ms[0]}-{ms[1]}":
+        errors.append(f"topics.yaml, question {raw.get('id')!r}: id must be `x-{ms[0]}-{ms[1]}`")
+    return _parse_question(raw, "topics.yaml", tuple(ms), examples, errors, topic=True)
 
 
 def topics(lang: str | None = None, *, path: Path | str | None = None,
@@ -463,7 +462,7 @@ def _equation_block(doc: str | None) -> str:
             block.append(line[4:].rstrip())
         elif block:
             break
-    return "\n".join(block[:8]) if any("=" in b for b in block) else ""
+    return "\n".join(block[:8]) if any(c in b for b in block for c in "=←") else ""
 
 
 def _stage_kernel(stage: str, key: str) -> Kernel:

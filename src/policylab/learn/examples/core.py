@@ -31,11 +31,18 @@ def _t(x) -> torch.Tensor:
 
 def _num(x) -> float:
     """A clean Python float (no -0.0, no 1e-17 noise)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
     return round(float(x), 10) + 0.0
 
 
 def _nums(t) -> list[float]:
-    return [_num(v) for v in (t.tolist() if isinstance(t, torch.Tensor) else t)]
+    return [_num(v) for v in (t.detach().tolist() if isinstance(t, torch.Tensor) else t)]
+
+
+def _echo(x):
+    """An input echoed for the text: ints stay ints, other numbers become floats."""
+    return x if isinstance(x, int) and not isinstance(x, bool) else _num(x)
 
 
 def _group(group, n: int) -> torch.Tensor:
@@ -132,20 +139,27 @@ def k3_kl_term(logp, logp_ref, coef=0.04):
             "both_refused": both_refused}
 
 
-@example("grpo_vs_dr_grpo")
-def grpo_vs_dr_grpo(rewards, group, std="unbiased"):
+@example("group_advantage_estimators")
+def group_advantage_estimators(rewards, group, std="unbiased"):
+    """One batch of grouped rewards through four group-relative estimators."""
     r, g = _t(rewards), _group(group, len(rewards))
-    a_grpo = adv_mod.grpo(r, g, std=std)
-    a_dr = adv_mod.dr_grpo(r, g)
+    dr = adv_mod.dr_grpo(r, g)
     rpp = adv_mod.reinforce_pp_baseline(r, g, scale="batch_std")
-    return {"rewards": _nums(r), "grpo": _nums(a_grpo), "dr_grpo": _nums(a_dr),
-            "reinforce_pp_baseline": _nums(rpp), "std_convention": str(std)}
+    k = int(dr.abs().argmax())
+    keep, _ = filters.dynamic_sampling_keep(r, g)  # groups with some spread
+    rpp_kept = adv_mod.reinforce_pp_baseline(r[keep], g[keep], scale="batch_std")
+    kk = int(dr[keep].abs().argmax())
+    gaps = [float(dr[g == i].max() - dr[g == i].min()) for i in torch.unique(g).tolist()]
+    return {"gap_ratio": _num(gaps[0] / gaps[1]) if len(gaps) == 2 and gaps[1] else 0.0,"rewards": _nums(r), "grpo": _nums(adv_mod.grpo(r, g, std=std)), "dr_grpo": _nums(dr),
+            "rloo": _nums(adv_mod.rloo(r, g)), "reinforce_pp_baseline": _nums(rpp),
+            "rpp_scale": _num(dr[k] / rpp[k]), "rpp_scale_no_flat": _num(dr[keep][kk] / rpp_kept[kk]),
+            "std_convention": str(std)}
 
 
 @example("dr_grpo_affine")
 def dr_grpo_affine(rewards, scale, shift):
     r, g = _t(rewards), _group(None, len(rewards))
-    return {"rewards": _nums(r), "scale": _num(scale), "shift": _num(shift),
+    return {"rewards": _nums(r), "scale": _echo(scale), "shift": _echo(shift),
             "dr": _nums(adv_mod.dr_grpo(r, g)), "dr_scaled": _nums(adv_mod.dr_grpo(scale * r, g)),
             "dr_shifted": _nums(adv_mod.dr_grpo(r + shift, g)),
             "grpo": _nums(adv_mod.grpo(r, g)), "grpo_scaled": _nums(adv_mod.grpo(scale * r, g))}
@@ -155,12 +169,14 @@ def dr_grpo_affine(rewards, scale, shift):
 def length_bias_gradients(lengths, adv, L_norm):
     """Per-token gradient of each sequence under three aggregation modes (ρ = 1)."""
     mask, a = _lengths_mask(lengths), _t(adv)
-    out = {"lengths": [int(n) for n in lengths], "adv": _nums(a), "L_norm": _num(L_norm)}
+    out = {"lengths": [int(n) for n in lengths], "adv": _nums(a), "L_norm": _echo(L_norm)}
     for key, mode in (("seq_mean_token_mean", "seq_mean_token_mean"), ("token_mean", "token_mean"),
                       ("sum_norm", "seq_mean_token_sum_norm")):
         _, grad = _at_ratio_one_grads(a, mask, mode, L_norm=L_norm)
-        out[key] = _nums(grad[:, 0])
-        out[key + "_total"] = _nums(grad.sum(dim=1))
+        w = -grad / a.unsqueeze(1)  # weight c of each token: ∂L/∂lp = −c·A
+        out[key] = _nums(w[:, 0])
+        out[key + "_total"] = _nums(torch.where(mask, w, 0.0).sum(dim=1))
+    out["smtm_ratio"] = _num(out["seq_mean_token_mean"][0] / out["seq_mean_token_mean"][1])
     return out
 
 
@@ -168,13 +184,13 @@ def length_bias_gradients(lengths, adv, L_norm):
 def dr_grpo_lnorm_pitfall(batch_a, batch_b, adv, L_norm):
     """Token gradient of sequence 0 in two batches: fixed L_norm vs 'L_norm = longest'."""
     out = {"batch_a": [int(n) for n in batch_a], "batch_b": [int(n) for n in batch_b],
-           "L_norm": _num(L_norm)}
+           "L_norm": _echo(L_norm)}
     for name, lengths in (("a", batch_a), ("b", batch_b)):
         mask, a = _lengths_mask(lengths), _t(adv)
         _, fixed = _at_ratio_one_grads(a, mask, "seq_mean_token_sum_norm", L_norm=L_norm)
         _, longest = _at_ratio_one_grads(a, mask, "seq_mean_token_sum_norm", L_norm=max(lengths))
-        out[f"fixed_{name}"] = _num(fixed[0, 0])
-        out[f"longest_{name}"] = _num(longest[0, 0])
+        out[f"fixed_{name}"] = _num(-fixed[0, 0] / a[0])  # weight c: ∂L/∂lp = −c·A
+        out[f"longest_{name}"] = _num(-longest[0, 0] / a[0])
     return out
 
 
@@ -231,7 +247,7 @@ def dapo_dynamic_sampling(correct, group):
     a = adv_mod.grpo(o, g)
     kept = sorted({int(x) for x in g[keep].tolist()})
     dropped = sorted({int(x) for x in g[~keep].tolist()})
-    return {"correct": _nums(o), "kept_groups": kept, "dropped_groups": dropped,
+    return {"correct": [_echo(x) for x in correct], "kept_groups": kept, "dropped_groups": dropped,
             "n_groups": int(info["n_groups"]), "n_kept": int(info["n_kept"]),
             "filtered_fraction": _num(info["filtered_fraction"]),
             "advantages": _nums(a)}
@@ -244,7 +260,7 @@ def dapo_filter_raw_vs_shaped(correct, lengths, group, max_len, cache_len):
     shaped = o + pen
     keep_raw, info_raw = filters.dynamic_sampling_keep(o, g)
     keep_shaped, info_shaped = filters.dynamic_sampling_keep(shaped, g)
-    return {"correct": _nums(o), "lengths": [int(n) for n in lengths], "max_len": int(max_len),
+    return {"correct": [_echo(x) for x in correct], "lengths": [int(n) for n in lengths], "max_len": int(max_len),
             "cache_len": int(cache_len), "penalty": _nums(pen), "shaped": _nums(shaped),
             "kept_on_raw": int(info_raw["n_kept"]), "kept_on_shaped": int(info_shaped["n_kept"]),
             "shaped_advantages": _nums(adv_mod.grpo(shaped, g))}
@@ -333,7 +349,8 @@ def kl_in_reward(outcome, logp_old, logp_ref, values, coef, lam=0.95):
         refused = False
     except ValueError:
         refused = True
-    return {"outcome": _num(outcome), "coef": _num(coef), "penalty": _nums(pen[0]),
+    return {"outcome": _num(outcome), "coef": _num(coef), "logp_old": _nums(logp_old),
+            "logp_ref": _nums(logp_ref), "penalty": _nums(pen[0]),
             "token_rewards": _nums(tok_r[0]), "advantages": _nums(a[0]),
             "learner_logp_refused": refused}
 
@@ -342,10 +359,11 @@ def kl_in_reward(outcome, logp_old, logp_ref, values, coef, lam=0.95):
 @example("rloo_advantages")
 def rloo_advantages(rewards, group=None):
     r, g = _t(rewards), _group(group, len(rewards))
-    a = adv_mod.rloo(r, g)
+    a, c = adv_mod.rloo(r, g), adv_mod.dr_grpo(r, g)
+    k = int(c.abs().argmax())
     return {"rewards": _nums(r), "advantages": _nums(a), "baselines": _nums(r - a),
-            "centred": _nums(adv_mod.dr_grpo(r, g)), "grpo": _nums(adv_mod.grpo(r, g)),
-            "adv_sum": _num(a.sum())}
+            "centred": _nums(c), "grpo": _nums(adv_mod.grpo(r, g)),
+            "rloo_over_centred": _num(a[k] / c[k]), "adv_sum": _num(a.sum())}
 
 
 @example("rloo_singleton")
@@ -364,11 +382,17 @@ def rloo_singleton(rewards, group):
 
 
 @example("reinforce_token_gradients")
-def reinforce_token_gradients(adv, lengths, mode="seq_mean_token_sum"):
-    """REINFORCE (−A·lp) aggregated: the per-token gradient of each sequence."""
-    mask, a = _lengths_mask(lengths), _t(adv)
+def reinforce_token_gradients(rewards, lengths, greedy_rewards=None, mode="seq_mean_token_sum"):
+    """REINFORCE (−A·lp) aggregated, A from ReMax (greedy_rewards given) or RLOO (one
+    group): the per-token gradient ∂L/∂lp of each response."""
+    r, mask = _t(rewards), _lengths_mask(lengths)
+    if greedy_rewards is not None:
+        a = adv_mod.remax(r, _t(greedy_rewards))
+    else:
+        a = adv_mod.rloo(r, torch.zeros(len(rewards), dtype=torch.long))
     value, grad = _at_ratio_one_grads(a, mask, mode, objective="reinforce")
-    return {"adv": _nums(a), "lengths": [int(n) for n in lengths], "mode": mode,
+    return {"rewards": _nums(r), "greedy": _nums(greedy_rewards or []), "adv": _nums(a),
+            "lengths": [int(n) for n in lengths], "mode": mode,
             "token_grads": _nums(grad[:, 0]), "loss_value": _num(value)}
 
 
@@ -443,7 +467,8 @@ def reinforce_pp_whitening_lengths(rewards, lengths):
     tok = adv_mod.reinforce_pp(_t(rewards), z, z, mask, kl_coef=0.0)
     per_seq = adv_mod.whiten(_t(rewards).unsqueeze(1), torch.ones(len(rewards), 1, dtype=torch.bool), eps=1e-8)
     return {"rewards": _nums(rewards), "lengths": [int(n) for n in lengths],
-            "token_level": _nums(tok[:, 0]), "sequence_level": _nums(per_seq[:, 0])}
+            "token_level": _nums(tok[:, 0]), "sequence_level": _nums(per_seq[:, 0]),
+            "magnitude_ratio": _num((tok[0, 0] / tok[1, 0]).abs())}
 
 
 @example("reinforce_pp_ema")
@@ -525,6 +550,20 @@ def gspo_sequence_ratio(log_ratios, eps_low=3e-4, eps_high=4e-4):
             "product_ratio": _num(math.exp(sum(log_ratios)))}
 
 
+@example("gspo_gradients")
+def gspo_gradients(log_ratios, adv, eps_low=3e-4, eps_high=4e-4):
+    """Per-row sequence ratio s_i and the gradient ∂L/∂lp of every token of that row."""
+    g, _, mask = _gspo_run(objectives.gspo, log_ratios, adv, eps_low, eps_high)
+    out = {"adv": _nums(adv), "eps_low": _num(eps_low), "eps_high": _num(eps_high)}
+    for i, row in enumerate(log_ratios):
+        lr, m = _ragged([row])
+        _, metrics = objectives.gspo(lr, torch.zeros_like(lr), _t([adv[i]]), m, eps_low=eps_low, eps_high=eps_high)
+        out[f"s{i}"] = _num(metrics["ratio/mean"])
+        out[f"grads{i}"] = _nums(g[i, : len(row)])
+        out[f"clipped{i}"] = bool(metrics["clip_frac"] > 0)
+    return out
+
+
 @example("gspo_vs_token_clip")
 def gspo_vs_token_clip(log_ratios, adv, eps_low, eps_high):
     g_seq, m_seq, _ = _gspo_run(objectives.gspo, [log_ratios], [adv], eps_low, eps_high)
@@ -543,7 +582,7 @@ def gspo_aggregation(lengths, adv, eps_low=3e-4, eps_high=4e-4):
     out = {"lengths": [int(n) for n in lengths], "adv": _nums(adv)}
     for key, mode in (("seq_mean", "seq_mean_token_mean"), ("token_mean", "token_mean")):
         g, _, _ = _gspo_run(objectives.gspo, rows, adv, eps_low, eps_high, mode)
-        out[key] = _nums(g.sum(dim=1))
+        out[key] = _nums(-g.sum(dim=1) / _t(adv))  # total weight of each response
     return out
 
 

@@ -1,0 +1,77 @@
+"""The learning layer's subcommands for `policylab`:
+
+    policylab quiz [--method NAME] [--lang en|zh] [--seed N]   one question, answer on stdin
+    policylab explain NAME [--lang en|zh]                      card, formulas, worked examples
+    policylab site build OUT_DIR [--allow-incomplete]          the static site (offline, file://)
+
+`policylab.cli.build_parser` calls `add_subcommands(sub)`. Errors are PolicylabError
+(UnknownMethodError, BankError), which the main CLI prints as `policylab: error: ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+LANG_CHOICES = ("en", "zh")
+
+
+def _quiz(args) -> int:
+    from .quiz import quiz
+
+    quiz(args.method, args.lang, args.seed)
+    return 0
+
+
+def _explain(args) -> int:
+    from .quiz import explain
+
+    explain(args.name, args.lang)
+    return 0
+
+
+def _site_build(args) -> int:
+    from .site import build_site
+
+    index = build_site(args.out_dir, complete=not args.allow_incomplete)
+    print(f"wrote {index} (open it in a browser; it works offline from file://)")
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Add `quiz`, `explain` and `site` to the subparsers of the main CLI."""
+    q = sub.add_parser("quiz", help="answer one question from the method bank")
+    q.add_argument("--method", help="ask only about this method (default: any)")
+    q.add_argument("--lang", choices=LANG_CHOICES, default="en")
+    q.add_argument("--seed", type=int, default=None, help="seed of the random choice (default: random)")
+    q.set_defaults(fn=_quiz)
+    e = sub.add_parser("explain", help="a method's card, formulas and worked examples with live numbers")
+    e.add_argument("name")
+    e.add_argument("--lang", choices=LANG_CHOICES, default="en")
+    e.set_defaults(fn=_explain)
+    s = sub.add_parser("site", help="the static method explorer")
+    ssub = s.add_subparsers(dest="site_cmd", required=True)
+    b = ssub.add_parser("build", help="write the static site into OUT_DIR")
+    b.add_argument("out_dir")
+    b.add_argument("--allow-incomplete", action="store_true",
+                   help="build even if some methods have no bank file yet (a preview)")
+    b.set_defaults(fn=_site_build)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (`python -m policylab.learn.cli ...`), same handling as policylab.cli."""
+    import sys
+
+    from ..errors import PolicylabError
+
+    p = argparse.ArgumentParser(prog="policylab")
+    add_subcommands(p.add_subparsers(dest="cmd", required=True))
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (PolicylabError, FileNotFoundError) as exc:
+        print(f"policylab: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,298 @@
+"""`policylab site build OUT_DIR`: a self-contained static site over the bank.
+
+    index.html           search box + filters (method, family, category, language) in vanilla
+                         JS over a JSON index embedded in the page
+    method-<name>.html   card, formulas, the four questions (answers open on click) with the
+                         live numbers of their examples, links to the kernels' source
+    compare.html         the comparison table of every registered method (from the cards)
+    topics.html          reading order and cross-method questions
+    source/policylab/<...>.py.html   the kernel source files, line-numbered, each line an
+                         anchor (#L<n>): a relative link that works offline from file://
+
+Both languages are in every page; CSS shows one (html[data-lang]) and the EN/中文 buttons
+switch it (remembered in localStorage and carried in `?lang=` on internal links). CSS and
+JS (learn/assets/) are inlined; nothing is fetched at view time. Each method page embeds
+its examples' returned values as JSON (`<script id="example-data">`), so tests can compare
+the page with a fresh computation.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from .. import methods
+from ..errors import PolicylabError
+from . import bank
+from .bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+UI = {
+    "site": {"en": "policylab method explorer", "zh": "policylab 方法浏览器"},
+    "questions": {"en": "Questions", "zh": "问题"},
+    "compare": {"en": "Comparison", "zh": "方法对比"},
+    "topics": {"en": "Topics", "zh": "专题"},
+    "intro": {"en": "Every registered method, four questions each; the numbers in the examples were computed by "
+                    "policylab's kernels when this site was built.",
+              "zh": "每个已注册的方法各有四个问题；示例中的数字都是在构建本站时由 policylab 的内核实时计算的。"},
+    "search": {"en": "Search questions, answers, methods…", "zh": "搜索问题、答案、方法……"},
+    "all_methods": {"en": "all methods", "zh": "全部方法"},
+    "all_families": {"en": "all families", "zh": "全部类别"},
+    "all_categories": {"en": "all categories", "zh": "全部题型"},
+    "count": {"en": "{n} questions", "zh": "共 {n} 个问题"},
+    "methods": {"en": "Methods", "zh": "方法"},
+    "noscript": {"en": "Search needs JavaScript; the method pages below work without it.",
+                 "zh": "搜索需要 JavaScript；下面的方法页面无需 JavaScript 即可浏览。"},
+    "card": {"en": "Card", "zh": "方法卡片"},
+    "formula": {"en": "Formula", "zh": "公式"},
+    "formula_note": {"en": "From the docstrings of the kernels the recipe's stages call (pipeline order).",
+                     "zh": "摘自该配方各阶段所调用内核的文档字符串（按流水线顺序）。"},
+    "source": {"en": "source", "zh": "源代码"},
+    "answer": {"en": "Answer", "zh": "答案"},
+    "example": {"en": "Worked example", "zh": "计算示例"},
+    "computed": {"en": "computed at build time by", "zh": "构建时由以下函数计算："},
+    "compare_with": {"en": "compared with", "zh": "对比对象"},
+    "reading_order": {"en": "Reading order", "zh": "阅读顺序"},
+    "cross": {"en": "Cross-method questions", "zh": "跨方法问题"},
+    "no_topics": {"en": "No topics yet.", "zh": "暂无专题。"},
+    "compare_note": {"en": "From the registry cards; required inputs = the recipe's required batch fields.",
+                     "zh": "来自注册表中的方法卡片；所需输入即该配方需要的批数据字段。"},
+}
+CATEGORY = {"basics": {"en": "basics", "zh": "基础"}, "mechanism": {"en": "mechanism", "zh": "机制"},
+            "comparison": {"en": "comparison", "zh": "比较"}, "implementation": {"en": "implementation", "zh": "实现"}}
+STAGE = {"advantage": {"en": "advantage", "zh": "优势估计"}, "objective": {"en": "objective", "zh": "目标函数"},
+         "correction": {"en": "correction", "zh": "修正"}}
+CARD_ROWS = (
+    ("title", {"en": "paper", "zh": "论文"}), ("arxiv", {"en": "arXiv", "zh": "arXiv"}),
+    ("family", {"en": "family", "zh": "类别"}), ("summary", {"en": "what it does", "zh": "作用"}),
+    ("samples", {"en": "who samples", "zh": "谁采样"}), ("learns", {"en": "who learns", "zh": "谁学习"}),
+    ("reference", {"en": "reference", "zh": "参考策略"}), ("critic", {"en": "critic", "zh": "价值网络"}),
+    ("inputs", {"en": "required inputs", "zh": "所需输入"}), ("stages", {"en": "stages", "zh": "阶段"}),
+    ("params", {"en": "parameters", "zh": "参数"}), ("status", {"en": "status", "zh": "状态"}),
+    ("not_established", {"en": "not shown", "zh": "尚未证实"}), ("confirmed", {"en": "confirmed", "zh": "已核对"}),
+    ("unconfirmed", {"en": "unconfirmed", "zh": "未核对"}),
+)
+
+
+def esc(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def bi(d: dict, tag: str = "span") -> str:
+    """Both languages of a text; CSS shows the current one."""
+    return "".join(f'<{tag} class="{lang}" lang="{lang}">{esc(d[lang])}</{tag}>' for lang in LANGS)
+
+
+def ui(key: str, tag: str = "span") -> str:
+    return bi(UI[key], tag)
+
+
+def link(href: str, inner: str, cls: str = "") -> str:
+    """An internal link; site.js appends ?lang= to it (data-href keeps the original)."""
+    c = f' class="{cls}"' if cls else ""
+    return f'<a{c} data-href="{esc(href)}" href="{esc(href)}">{inner}</a>'
+
+
+def json_script(element_id: str, obj) -> str:
+    text = json.dumps(obj, ensure_ascii=False, sort_keys=True).replace("<", "\\u003c")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def method_href(name: str) -> str:
+    return f"method-{name}.html"
+
+
+def method_link(name: str, have: set, cls: str = "") -> str:
+    """A link to a method page, or the bare name when this build has no page for it."""
+    if name in have:
+        return link(method_href(name), esc(name), cls)
+    return f'<span class="{cls}">{esc(name)}</span>' if cls else esc(name)
+
+
+def page(title: dict, body: str, root: str = "") -> str:
+    css = (ASSETS / "site.css").read_text(encoding="utf-8")
+    js = (ASSETS / "site.js").read_text(encoding="utf-8")
+    nav = " ".join([link(f"{root}index.html", ui("questions")), link(f"{root}compare.html", ui("compare")),
+                    link(f"{root}topics.html", ui("topics"))])
+    return (
+        '<!doctype html>\n<html lang="en" data-lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f'<title data-t-en="{esc(title["en"])}" data-t-zh="{esc(title["zh"])}">{esc(title["en"])}</title>'
+        f"<style>{css}</style></head><body>"
+        f'<header>{link(root + "index.html", "policylab", "brand")}<nav>{nav}</nav>'
+        '<span class="langs"><button type="button" data-set-lang="en" aria-pressed="true">EN</button> '
+        '<button type="button" data-set-lang="zh" aria-pressed="false">中文</button></span></header>'
+        f"<main>{body}</main><script>{js}</script></body></html>\n"
+    )
+
+
+# ------------------------------------------------------------------------ questions
+
+
+def values_table(q: Question) -> str:
+    rows = []
+    for k, v in q.example.values.items():
+        shown = {lang: bank.render_value(v, lang) for lang in LANGS}
+        cell = esc(shown["en"]) if shown["en"] == shown["zh"] else bi(shown)
+        rows.append(f'<tr><td>{esc(k)}</td><td class="v" data-key="{esc(k)}">{cell}</td></tr>')
+    return f'<table class="values" data-example="{esc(q.id)}">{"".join(rows)}</table>'
+
+
+def question_html(q: Question, have: set) -> str:
+    owners = " ".join(method_link(m, have, "badge") for m in q.methods)
+    vs = ""
+    if q.compare_with:
+        vs = f' <span class="muted">{ui("compare_with")} {method_link(q.compare_with, have)}</span>'
+    args = ", ".join(f"{k}={v!r}" for k, v in q.example.args.items())
+    return (
+        f'<details class="q" id="{esc(q.id)}" data-category="{q.category}">'
+        f'<summary><span class="badge">{bi(CATEGORY[q.category])}</span>{bi(q.question)}</summary>'
+        f'<p class="muted">{owners}{vs}</p>'
+        f'<div class="answer"><strong>{ui("answer")}</strong>{bi(q.answer, "p")}</div>'
+        f'<div class="example"><strong>{ui("example")}</strong>{bi(q.example.text, "p")}{values_table(q)}'
+        f'<p class="muted">{ui("computed")} <code>{esc(q.example.function)}({esc(args)})</code></p></div>'
+        "</details>"
+    )
+
+
+def example_data(questions) -> dict:
+    return {q.id: {"function": q.example.function, "args": q.example.args, "values": q.example.values}
+            for q in questions}
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def card_rows(entry: MethodEntry) -> dict:
+    r, c = entry.recipe, entry.recipe.card
+    vals = dict(title=c.title, arxiv=c.arxiv, family=c.family, summary=c.summary, samples=c.samples, learns=c.learns,
+                reference=c.reference, critic=c.critic, inputs=", ".join(r.required_fields) or "rewards only",
+                stages=bank.stages_text(r), params=", ".join(f"{k}={v}" for k, v in r.params.items()) or "(none)",
+                status=c.status, not_established=c.not_established, confirmed=c.confirmed,
+                unconfirmed="; ".join(c.unconfirmed))
+    return {k: v for k, v in vals.items() if v}
+
+
+def method_page(entry: MethodEntry, have: set) -> str:
+    rows = card_rows(entry)
+    card = "".join(f"<tr><th>{bi(label)}</th><td>{esc(rows[k])}</td></tr>" for k, label in CARD_ROWS if k in rows)
+    formulas = []
+    for k in bank.kernels(entry.recipe):
+        src = link(f"source/{k.path}.html#L{k.line}", f"{esc(k.path)}:{k.line}")
+        formulas.append(f"<h3>{bi(STAGE[k.stage])}: <code>{esc(k.qualname)}</code> "
+                        f'<span class="muted">({ui("source")}: {src})</span></h3>'
+                        f"<pre>{esc(k.formula or entry.card.summary)}</pre>")
+    body = (
+        f'<h1>{esc(entry.name)} <span class="muted">{esc(entry.card.title)}</span></h1>'
+        f'<h2>{ui("card")}</h2><table class="card">{card}</table>'
+        f'<h2>{ui("formula")}</h2><p class="muted">{ui("formula_note")}</p>{"".join(formulas)}'
+        f'<h2>{ui("questions")}</h2>{"".join(question_html(q, have) for q in entry.questions)}'
+        + json_script("example-data", example_data(entry.questions))
+    )
+    return page({"en": f"{entry.name} · policylab", "zh": f"{entry.name} · policylab"}, body)
+
+
+def _select(element_id: str, all_label: dict, options: list[tuple[str, dict]]) -> str:
+    opts = [f'<option value="" data-t-en="{esc(all_label["en"])}" data-t-zh="{esc(all_label["zh"])}">'
+            f'{esc(all_label["en"])}</option>']
+    for value, label in options:
+        opts.append(f'<option value="{esc(value)}" data-t-en="{esc(label["en"])}" data-t-zh="{esc(label["zh"])}">'
+                    f'{esc(label["en"])}</option>')
+    return f'<select id="{element_id}">{"".join(opts)}</select>'
+
+
+def index_items(entries: list[MethodEntry], topic_data: Topics) -> list[dict]:
+    family = {e.name: e.card.family for e in entries}
+    family.update({n: methods.get(n).card.family for q in topic_data.questions for n in q.methods})
+    items = []
+    for q, href in [(q, method_href(e.name)) for e in entries for q in e.questions] + \
+                   [(q, "topics.html") for q in topic_data.questions]:
+        items.append(dict(id=q.id, methods=list(q.methods) + ([q.compare_with] if q.compare_with else []),
+                          families=sorted({family[m] for m in q.methods}), category=q.category,
+                          q=q.question, a=q.answer, ex=q.example.text, url=f"{href}#{q.id}"))
+    return items
+
+
+def index_page(entries: list[MethodEntry], topic_data: Topics) -> str:
+    names = [e.name for e in entries]
+    families = sorted({e.card.family for e in entries})
+    data = dict(items=index_items(entries, topic_data), categories=CATEGORY, ui={"count": UI["count"]})
+    filters = (
+        f'<div class="filters"><input id="q" type="search" autocomplete="off" placeholder="{esc(UI["search"]["en"])}" '
+        f'data-ph-en="{esc(UI["search"]["en"])}" data-ph-zh="{esc(UI["search"]["zh"])}">'
+        + _select("f-method", UI["all_methods"], [(n, {"en": n, "zh": n}) for n in names])
+        + _select("f-family", UI["all_families"], [(f, {"en": f, "zh": f}) for f in families])
+        + _select("f-category", UI["all_categories"], [(c, CATEGORY[c]) for c in CATEGORIES])
+        + '<select id="f-lang"><option value="en">English</option><option value="zh">中文</option></select></div>'
+    )
+    listing = "".join(f"<li>{link(method_href(e.name), esc(e.name))} <span class=\"muted\">{esc(e.card.family)}</span></li>"
+                      for e in entries)
+    body = (f'<h1>{ui("site")}</h1>{ui("intro", "p")}{filters}<p id="count" class="count"></p>'
+            f'<noscript>{ui("noscript", "p")}</noscript><ul id="results" class="results"></ul>'
+            f'<h2>{ui("methods")}</h2><ul class="methods-list">{listing}</ul>' + json_script("index-data", data))
+    return page(UI["site"], body)
+
+
+def compare_page(have: set) -> str:
+    head = "".join(f"<th>{bi(label)}</th>" for _, label in bank.COMPARISON_COLUMNS)
+    rows = []
+    for row in bank.comparison_table():
+        cells = [f"<td>{method_link(row['method'], have)}</td>"]
+        cells += [f"<td>{esc(row[key])}</td>" for key, _ in bank.COMPARISON_COLUMNS[1:]]
+        rows.append(f'<tr data-method="{esc(row["method"])}">{"".join(cells)}</tr>')
+    body = (f'<h1>{ui("compare")}</h1><p class="muted">{ui("compare_note")}</p>'
+            f'<div style="overflow-x:auto"><table class="compare"><tr>{head}</tr>{"".join(rows)}</table></div>')
+    return page(UI["compare"], body)
+
+
+def topics_page(topic_data: Topics, have: set) -> str:
+    steps = []
+    for s in topic_data.reading_order:
+        ms = " ".join(method_link(m, have, "badge") for m in s.methods)
+        steps.append(f"<li><strong>{bi(s.topic)}</strong> {ms}{bi(s.why, 'p')}</li>")
+    order = f"<ol>{''.join(steps)}</ol>" if steps else ui("no_topics", "p")
+    cross = "".join(question_html(q, have) for q in topic_data.questions) or ui("no_topics", "p")
+    body = (f'<h1>{ui("topics")}</h1><h2>{ui("reading_order")}</h2>{order}<h2>{ui("cross")}</h2>{cross}'
+            + json_script("example-data", example_data(topic_data.questions)))
+    return page(UI["topics"], body)
+
+
+def source_page(rel: str) -> str:
+    """One kernel file, line-numbered; `#L<n>` targets line n."""
+    text = (bank.PACKAGE_ROOT / rel).read_text(encoding="utf-8")
+    root = "../" * rel.count("/") + "../"
+    lines = "".join(f'<span id="L{i}" data-n="{i}">{esc(line)}</span>' for i, line in enumerate(text.splitlines(), 1))
+    body = f"<h1><code>{esc(rel)}</code></h1><pre class=\"src\">{lines}</pre>"
+    return page({"en": rel, "zh": rel}, body, root)
+
+
+def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data: Topics | None = None,
+               complete: bool = True, bank_dir=None, examples=None, topics_path=None) -> Path:
+    """Write the site into `out_dir` and return the path of its index.html.
+
+    entries / topic_data: an already built bank (both languages); by default the package's
+    bank (`complete=False` builds a preview without the methods that have no file yet)."""
+    if entries is None:
+        entries = bank.build_bank(None, bank_dir=bank_dir, examples=examples, complete=complete)
+    if topic_data is None:
+        topic_data = bank.topics(None, path=topics_path, examples=examples)
+    for q in [q for e in entries for q in e.questions] + list(topic_data.questions):
+        if set(q.question) != set(LANGS):
+            raise PolicylabError("build_site needs the bank in both languages: build it with lang=None")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    have = {e.name for e in entries}
+    pages = {"index.html": index_page(entries, topic_data), "compare.html": compare_page(have),
+             "topics.html": topics_page(topic_data, have)}
+    for e in entries:
+        pages[method_href(e.name)] = method_page(e, have)
+    sources = sorted({k.path for e in entries for k in bank.kernels(e.recipe)})
+    for rel in sources:
+        pages[f"source/{rel}.html"] = source_page(rel)
+    for name, text in pages.items():
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return out / "index.html"
