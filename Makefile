@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install test test-fast quickstart bench clean
+.PHONY: install browser-deps test test-fast quickstart bench clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,10 +22,25 @@ $(BIN)/.installed: pyproject.toml Makefile
 
 install: $(BIN)/.installed
 
-test: install
+# The headless-browser test of the static site (tests/learn/test_browser.py): Debian's
+# chromium + chromium-driver (+ a small CJK font so Chinese screenshots are legible),
+# installed when missing (needs root, as in CI), and selenium in the venv.
+BROWSER_DEBS := chromium chromium-driver fonts-wqy-microhei
+SELENIUM := selenium==4.51.0
+
+browser-deps: install
+	@missing=""; for p in $(BROWSER_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "browser-deps: missing Debian packages:$$missing (run as root)"; exit 1; fi; \
+	  echo "browser-deps: apt-get install$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@$(BIN)/python -c "import selenium" 2>/dev/null || $(BIN)/pip install -q $(SELENIUM)
+
+test: install browser-deps
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
-test-all: install
+test-all: install browser-deps
 	$(BIN)/python -m pytest -q tests
 
 quickstart: install

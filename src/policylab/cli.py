@@ -4,6 +4,9 @@
     policylab resume RUN_DIR [--set key=value ...]      continue a run from its latest checkpoint
     policylab eval RUN_DIR [--n N]                      base vs trained on the held-out split
     policylab methods [NAME]                            the methods table, or one method's card
+    policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
+    policylab explain NAME [--lang en|zh]               card, formula and live examples
+    policylab site build OUT_DIR                        the static question-bank site
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)
+    from .learn.cli import add_subcommands
+
+    add_subcommands(sub)  # quiz, explain, site
     return p
 
 

@@ -172,6 +172,14 @@ def test_structure_errors(make_bank):
         assert part in msg, part
 
 
+def test_unknown_category(make_bank):
+    def mutate(docs, t):
+        docs["rloo"]["questions"][1]["category"] = "history"
+    msg = _errors(make_bank(mutate))
+    assert "question 'rloo-mechanism': category 'history' is not one of basics, mechanism, comparison, implementation" in msg
+    assert "rloo.yaml (method rloo): needs exactly four questions, one per category" in msg and "missing ['mechanism']" in msg
+
+
 def test_wrong_id_and_non_plain_return(make_bank):
     examples = {**EXAMPLES, "fx_tensor": lambda rewards: {"advantages": __import__("torch").tensor(rewards)}}
 

@@ -247,7 +247,7 @@ def _parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, 
         errors.append(f"{where}: compare_with is only for comparison questions (got {cw!r})")
     texts = _texts(raw, where, ("question", "answer"), errors)
     ran = _run_example(raw.get("example"), where, examples, errors)
-    if ran is None or len(texts) != len(LANGS) or any(len(t) != 2 for t in texts.values()):
+    if ran is None or cat not in CATEGORIES or len(texts) != len(LANGS) or any(len(t) != 2 for t in texts.values()):
         return None
     fname, args, values, ex_texts = ran
     named = {f"{lang}.{f}": texts[lang][f] for lang in LANGS for f in ("question", "answer")}

@@ -63,8 +63,11 @@ def _args(args: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in args.items())
 
 
-def _read_answer(stdin: TextIO) -> str:
-    """Lines up to an empty line or end of input; never blocks past EOF."""
+def _read_answer(stdin: TextIO | None) -> str:
+    """Lines up to an empty line or end of input; never blocks past EOF (no stdin at all,
+    e.g. a closed descriptor 0, counts as EOF)."""
+    if stdin is None:
+        return ""
     lines = []
     while True:
         try:

@@ -149,10 +149,12 @@ def group_advantage_estimators(rewards, group, std="unbiased"):
     keep, _ = filters.dynamic_sampling_keep(r, g)  # groups with some spread
     rpp_kept = adv_mod.reinforce_pp_baseline(r[keep], g[keep], scale="batch_std")
     kk = int(dr[keep].abs().argmax())
+    # spread of the centred rewards of the first two groups (their ratio is shown in the text)
     gaps = [float(dr[g == i].max() - dr[g == i].min()) for i in torch.unique(g).tolist()]
-    return {"gap_ratio": _num(gaps[0] / gaps[1]) if len(gaps) == 2 and gaps[1] else 0.0,"rewards": _nums(r), "grpo": _nums(adv_mod.grpo(r, g, std=std)), "dr_grpo": _nums(dr),
+    return {"rewards": _nums(r), "grpo": _nums(adv_mod.grpo(r, g, std=std)), "dr_grpo": _nums(dr),
             "rloo": _nums(adv_mod.rloo(r, g)), "reinforce_pp_baseline": _nums(rpp),
             "rpp_scale": _num(dr[k] / rpp[k]), "rpp_scale_no_flat": _num(dr[keep][kk] / rpp_kept[kk]),
+            "gap_ratio": _num(gaps[0] / gaps[1]) if len(gaps) >= 2 and gaps[1] else 0.0,
             "std_convention": str(std)}
 
 
@@ -214,6 +216,8 @@ def grpo_process_advantages(step_rewards, step_ends, T, std="population"):
     B = r.shape[0]
     a = adv_mod.grpo_process(r, ends, smask, torch.zeros(B, dtype=torch.long), T=T, std=std)
     own = adv_mod.grpo_process(r, ends, smask, torch.arange(B), T=T, std=std)
+    # the normalized step scores alone: every step of this one-prompt example is valid, so
+    # the pool is all of `r` and grpo's group standardization over it is the same statistic
     normed = adv_mod.grpo(r.flatten(), torch.zeros(r.numel(), dtype=torch.long), std=std).view_as(r)
     out = {"T": int(T), "std_convention": str(std)}
     for i in range(B):
@@ -553,7 +557,7 @@ def gspo_sequence_ratio(log_ratios, eps_low=3e-4, eps_high=4e-4):
 @example("gspo_gradients")
 def gspo_gradients(log_ratios, adv, eps_low=3e-4, eps_high=4e-4):
     """Per-row sequence ratio s_i and the gradient ∂L/∂lp of every token of that row."""
-    g, _, mask = _gspo_run(objectives.gspo, log_ratios, adv, eps_low, eps_high)
+    g, _, _ = _gspo_run(objectives.gspo, log_ratios, adv, eps_low, eps_high)
     out = {"adv": _nums(adv), "eps_low": _num(eps_low), "eps_high": _num(eps_high)}
     for i, row in enumerate(log_ratios):
         lr, m = _ragged([row])
@@ -601,7 +605,7 @@ def ttrl_vote(answers, true_answer):
     agree = pseudo_label_agreement(pseudo.to(F64), true, eligible)
     return {"answers": [str(a) for a in answers], "label": str(info["labels"][0]),
             "true_answer": str(true_answer), "pseudo_rewards": _nums(pseudo),
-            "true_rewards": _nums(true), "agreement": _num(agree),
+            "true_rewards": _nums(true), "n_correct": int(true.sum()), "agreement": _num(agree),
             "majority_fraction": _num(info["majority_fraction"]),
             "pseudo_advantages": _nums(adv_mod.grpo(pseudo.to(F64), g)),
             "true_advantages": _nums(adv_mod.grpo(true, g))}
@@ -617,7 +621,7 @@ def ttrl_eligibility(prompts):
     rewards, eligible, info = ttrl_rewards(comps, group)
     g = torch.tensor(group)
     per_prompt = [bool(eligible[g == k].all()) for k in range(len(prompts))]
-    return {"labels": [str(x) for x in info["labels"]], "eligible": per_prompt,
+    return {"labels": ["—" if x is None else str(x) for x in info["labels"]], "eligible": per_prompt,
             "n_eligible": int(info["n_eligible"]), "n_ties": int(info["n_ties"]),
             "n_no_answer": int(info["n_no_answer"]),
             "nan_rewards": int(torch.isnan(rewards).sum())}

@@ -238,7 +238,8 @@ def kpop_decisions(p_old, p_behavior, delta):
     d_r = corrections.binary_kl(pb, 1 - pb, pa, 1 - pa)
     return {"p_old": list(map(float, p_old)), "p_behavior": list(map(float, p_behavior)), "delta": delta,
             "ratios": _flat(pa / pb), "kl_forward": _flat(d_f), "kl_reverse": _flat(d_r), "weights": _flat(w),
-            "decisions": ", ".join("kept" if v > 0 else "masked" for v in _flat(w))}
+            "decisions": ", ".join("kept" if v > 0 else "masked" for v in _flat(w)),
+            "decisions_zh": "、".join("保留" if v > 0 else "掩码" for v in _flat(w))}
 
 
 @example("kpop_vs_icepop")
