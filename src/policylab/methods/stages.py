@@ -94,7 +94,7 @@ def _adv_reinforce_pp_baseline(batch, recipe, p, state):
     r = _scalar_rewards(batch, recipe)
     scale = p.get("scale", "batch_std")
     ema = state.get("ema_scale") if scale == "ema" else None
-    a = adv_mod.reinforce_pp_baseline(r, batch.group, scale=scale, ema=ema, update=True)
+    a = adv_mod.reinforce_pp_baseline(r, batch.group, scale=scale, ema=ema, update=True, batch_id=batch.batch_id if ema is not None else None)
     return a, adv_mod.group_stats(r, batch.group)
 
 

@@ -896,15 +896,11 @@ def xm_aggregation_length(losses, L_norm):
 
 
 @example("xm_ttrl_grpo")
-def xm_ttrl_grpo(completions):
+def xm_ttrl_grpo(completions, tied_completions):
+    """Majority-vote pseudo-rewards feeding GRPO advantages; a tied vote gives no label."""
     rewards, eligible, info = ttrl_rewards(list(completions), [0] * len(completions))
     adv = advantages.grpo(rewards.to(F64), torch.zeros(len(completions), dtype=torch.long), std="unbiased")
+    _, tie_eligible, tie_info = ttrl_rewards(list(tied_completions), [0] * len(tied_completions))
     return {"label": str(info["labels"][0]), "rewards": _flat(rewards), "advantages": _flat(adv),
-            "eligible": bool(eligible.all())}
-
-
-@example("xm_ttrl_tie")
-def xm_ttrl_tie(completions):
-    rewards, eligible, info = ttrl_rewards(list(completions), [0] * len(completions))
-    return {"label": str(info["labels"][0]), "n_ties": int(info["n_ties"]),
-            "eligible": bool(eligible.any()), "rewards": str(_flat(rewards))}
+            "eligible": bool(eligible.all()), "tie_label": str(tie_info["labels"][0]),
+            "tie_eligible": bool(tie_eligible.any())}
