@@ -101,13 +101,17 @@ def _loop(trainer: Trainer, log: RunLog, console) -> None:
         TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
         TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), console=console, disable=not cfg.log.progress,
     )
+    t0, t_eval = time.perf_counter(), 0.0
     with progress:
         task = progress.add_task("train", total=cfg.train.steps, completed=trainer.step, stats="")
         while trainer.step < cfg.train.steps:
             m = trainer.train_step()
             step = trainer.step
+            m["time/elapsed_s"] = time.perf_counter() - t0 - t_eval  # training wall time (evaluations excluded)
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
+                te = time.perf_counter()
                 ev = trainer.evaluate(f"step{step}")
+                t_eval += time.perf_counter() - te
                 m.update({f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))})
             log.log(step, m)
             stats = (

@@ -873,10 +873,12 @@ def xm_dr_grpo_grpo(rewards, scale):
 def xm_k1_k3(log_ratio_to_ref):
     """Per-token value and autograd gradient of k1/k2/k3 at lp − lp_ref = given values."""
     lp_ref = torch.full((1, len(log_ratio_to_ref)), -2.0, dtype=F64)
-    out = {"log_ratio": list(map(float, log_ratio_to_ref)),
-           "grpo_kl": f"{methods.get('grpo').kl.estimator} in the {methods.get('grpo').kl.placement}",
-           "reinforce_pp_kl": f"{methods.get('reinforce_pp').kl.estimator} in the "
-                              f"{methods.get('reinforce_pp').kl.placement}"}
+    where_zh = {"loss": "损失", "reward": "奖励"}
+    out = {"log_ratio": list(map(float, log_ratio_to_ref))}
+    for name in ("grpo", "reinforce_pp"):
+        spec = methods.get(name).kl
+        out[f"{name}_kl"] = f"{spec.estimator} in the {spec.placement}"
+        out[f"{name}_kl_zh"] = f"{spec.estimator}（放在{where_zh[spec.placement]}中）"
     for name in ("k1", "k2", "k3"):
         lp = _leaf(lp_ref + _row(log_ratio_to_ref))
         v = getattr(kl, name)(lp, lp_ref)
