@@ -56,6 +56,11 @@ def test_two_step_train_writes_a_complete_run(tiny_model_dir, tmp_path):
     assert (run / "config.yaml").exists() and (run / "checkpoints" / "LATEST").exists()
     assert (run / "plots" / "reward.png").exists()
     assert "policylab report" in res.stdout
+    ev = _cli("eval", str(run), "--n", "4")
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    both = json.loads(ev.stdout)
+    assert both["base"]["n_prompts"] == 4 and both["trained"]["n_prompts"] == 4
+    assert 0.0 <= both["trained"]["accuracy"] <= 1.0 and "pass@1" in both["trained"]
 
 
 def test_existing_run_is_not_overwritten(tiny_model_dir, tmp_path):

@@ -65,3 +65,11 @@ def test_sis_draws_acceptance_from_recorded_topk(tiny_model_dir, tmp_path):
     rows = [tr.train_step() for _ in range(3)]
     acc = [r["policy/sis/accepted_frac"] for r in rows if "policy/sis/accepted_frac" in r]
     assert acc and all(0.0 <= a <= 1.0 for a in acc)
+
+
+@pytest.mark.parametrize("engine_correction", ["tis", "icepop", "kpop"])
+def test_missing_old_logits_with_each_engine_correction(engine_correction, tiny_model_dir, tmp_path):
+    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="missing_old_logits",
+                      method_params={"engine_correction": engine_correction}, rollout={"engine_dtype": "bf16"})
+    m = Trainer(cfg).train_step()
+    assert m["skipped_nonfinite"] == 0.0 and any(k.startswith(f"policy/{engine_correction}/") for k in m)

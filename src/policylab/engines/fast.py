@@ -320,11 +320,8 @@ class _Decoder:
         cache[1, i, :, :, cols] = v
         keys, vals = cache[0, i, :, :, : cols.stop], cache[1, i, :, :, : cols.stop]
         # grouped-query attention: query head h reads kv head h // (nh / nkv), as repeat_kv
-        qg = q.reshape(R, nkv, (nh // nkv) * Q, D)
-        att = torch.matmul(qg, keys.transpose(-1, -2)) * self.scale  # [R, nkv, rep*Q, S']
-        att = att.view(R, nkv, nh // nkv, Q, -1).masked_fill(~key_ok[:, None, None], float("-inf"))
-        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
-        o = torch.matmul(att.view(R, nkv, -1, att.shape[-1]), vals).view(R, nh, Q, D)
+        o = F.scaled_dot_product_attention(q, keys, vals, attn_mask=key_ok[:, None], scale=self.scale,
+                                           enable_gqa=nh != nkv)  # [R, nh, Q, D]
         x = x + self._lin(i, layer, "o", o.transpose(1, 2).reshape(R, Q, nh * D))
         h = self._norm(layer.post_attention_layernorm, x, None if w is None else w["ln2"])
         return x + self._lin(i, layer, "down", F.silu(self._lin(i, layer, "gate", h)) * self._lin(i, layer, "up", h))

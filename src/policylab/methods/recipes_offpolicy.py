@@ -88,7 +88,8 @@ _correction(
     arxiv="", family="correction (staleness + engine)",
     summary="total ratio = engine d = π_old/μ x staleness s = π_θ/π_old; TIS on d, PPO clip on s; π_old recovered exactly "
             "(trainer forward at the sampling version, before any update: the snapshot route)",
-    params=dict(engine_correction="tis", tis_cap=2.0, icepop_low=0.5, icepop_high=5.0), objective="decoupled",
+    params=dict(engine_correction="tis", tis_cap=2.0, icepop_low=0.5, icepop_high=5.0, kpop_delta=0.01, kpop_weight="ratio"),
+    objective="decoupled",
     samples="behavior μ = rollout engine at version v_b (possibly stale)",
     not_established="cluster deployment; approximate (EWMA) old log-probs are refused, not supported",
     unconfirmed=("title, id",),
@@ -151,7 +152,8 @@ _objective(
 )
 _objective(
     "ggpo", title="Gibbs-Gap Policy Optimization for Off-Policy RL with Verifiable Rewards", arxiv="",
-    summary="minimize the within-group Gibbs gap of reference-adjusted rewards; frozen coefficients; no behavior IS",
+    summary="minimize the within-group Gibbs gap of reference-adjusted rewards; coefficients detached (computed from the "
+            "learner's log-probs at each optimizer step: frozen within a step, refreshed between minibatches); no behavior IS",
     params=dict(beta=0.1, coef_clip=5.0), objective="ggpo", aggregation="seq_mean_token_sum",
     needs=("logp_ref", "rewards"), reference="π_ref defines the Gibbs target π* ∝ π_ref·exp(r/β)",
     family="objective (off-policy)", not_established="off-policy data stays off-policy; filtered-batch statistics",

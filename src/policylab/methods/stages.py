@@ -231,7 +231,15 @@ def _obj_decoupled(logp, logp_old, adv, mb, p):
         raise PolicylabError("missing_old_logits: a minibatch mixes policy versions; tag each slice separately")
     old = corr_mod.VersionedLogprobs(mb.logp_old, version, "trainer", "exact")
     beh = corr_mod.VersionedLogprobs(mb.logp_behavior, version, mb.engine, "exact")
-    kwargs = {"cap": p["tis_cap"]} if p["engine_correction"] == "tis" else {"low": p["icepop_low"], "high": p["icepop_high"]}
+    kind = p["engine_correction"]
+    if kind == "tis":
+        kwargs = {"cap": p["tis_cap"]}
+    elif kind == "icepop":
+        kwargs = {"low": p["icepop_low"], "high": p["icepop_high"]}
+    elif kind == "kpop":
+        kwargs = {"delta": p["kpop_delta"], "in_region_weight": p["kpop_weight"]}
+    else:
+        raise PolicylabError(f"missing_old_logits: engine_correction must be tis, icepop or kpop, got {kind!r}")
     return corr_mod.decoupled_loss(logp, old, beh, adv, mb.loss_mask, correction=p["engine_correction"],
                                    correction_kwargs=kwargs, eps_low=p["eps_low"], eps_high=p["eps_high"])
 
