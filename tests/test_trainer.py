@@ -90,3 +90,18 @@ def test_every_method_runs_one_real_step(name, tiny_model_dir, tmp_path):
     assert all(math.isfinite(v) for v in m.values() if isinstance(v, float)), m
     if not m.get("skipped_no_signal"):
         assert tr.policy_version >= 1
+
+
+def test_vapo_value_pretraining_moves_only_the_critic(tiny_model_dir, tmp_path):
+    cfg = tiny_config(tiny_model_dir, tmp_path / "v", method="vapo", method_params={},
+                      train={"value_pretrain_steps": 1, "steps": 2})
+    tr = Trainer(cfg)
+    policy_before = _params(tr.model)
+    critic_before = _params(tr.critic)
+    m = tr.train_step()
+    assert m["value/pretraining"] == 1.0 and tr.policy_version == 0
+    for k, v in _params(tr.model).items():
+        assert torch.equal(v, policy_before[k]), k
+    assert any(not torch.equal(v, critic_before[k]) for k, v in _params(tr.critic).items())
+    m = tr.train_step()
+    assert m["value/pretraining"] == 0.0 and tr.policy_version >= 1

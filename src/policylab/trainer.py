@@ -266,7 +266,11 @@ class Trainer:
             metrics["mismatch/old_vs_behavior_abs_dlogp_max"] = float(dd.abs().max()) if dd.numel() else 0.0
         step_metrics = []
         old_same = not self._needs_old_pass()
-        for _ in range(cfg.train.epochs):
+        # value pretraining (VAPO): the first `value_pretrain_steps` steps train the critic
+        # only, on batches from the fixed initial policy; no policy update, no version change
+        pretraining = self.critic is not None and self.step < cfg.train.value_pretrain_steps
+        metrics["value/pretraining"] = float(pretraining)
+        for _ in range(0 if pretraining else cfg.train.epochs):
             perm = torch.randperm(batch.size, generator=self.shuffle_gen)
             for idx in perm.tensor_split(cfg.train.minibatches):
                 m = optimizer_step(
@@ -287,7 +291,8 @@ class Trainer:
                             clip_eps=self.recipe.params.get("value_clip"), micro_batch_size=cfg.train.micro_batch_size,
                             grad_clip=cfg.train.grad_clip)
             metrics.update(vm)
-        metrics.update(_mean_dicts(step_metrics))
+        if step_metrics:
+            metrics.update(_mean_dicts(step_metrics))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics["policy_version"] = self.policy_version
         metrics["time/train_s"] = time.perf_counter() - t1
