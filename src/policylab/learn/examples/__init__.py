@@ -24,4 +24,11 @@ def example(name: str):
     return register
 
 
-from . import core, offpolicy  # noqa: E402,F401  (register the examples)
+from . import (  # noqa: E402,F401  (register the examples)
+    core_advantages,
+    core_objectives,
+    offpolicy_async,
+    offpolicy_engine,
+    offpolicy_objectives,
+    offpolicy_topics,
+)

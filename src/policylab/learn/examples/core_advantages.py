@@ -1,18 +1,9 @@
-"""Worked examples for the on-policy methods (ppo ... ttrl).
-
-Every function takes plain keyword arguments (numbers, lists, strings), builds small
-float64 tensors, calls policylab's kernels, and returns plain values. Gradients are read
-with autograd through the real objectives and `aggregate`; nothing here re-implements a
-method's formula (arithmetic outside a kernel is limited to display contrasts such as the
-product ratio GSPO does not use).
-"""
+"""Worked examples: advantage estimators and rewards (grpo, grpo_process, dr_grpo, rloo, remax, reinforce_pp, ppo/gae, vapo, ttrl)."""
 
 from __future__ import annotations
 
 import math
-
 import torch
-
 from ... import advantages as adv_mod
 from ... import aggregate as agg_mod
 from ... import filters, kl, objectives
@@ -20,75 +11,23 @@ from ...errors import PolicylabError
 from ...rewards import overlong_penalty, pseudo_label_agreement, ttrl_rewards
 from ...rewards.verifiers import exact_numeric_reward
 from . import example
-
-F64 = torch.float64
-
-
-# ---------------------------------------------------------------- helpers
-def _t(x) -> torch.Tensor:
-    return torch.as_tensor(x, dtype=F64)
-
-
-def _num(x) -> float:
-    """A clean Python float (no -0.0, no 1e-17 noise)."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach()
-    return round(float(x), 10) + 0.0
-
-
-def _nums(t) -> list[float]:
-    return [_num(v) for v in (t.detach().tolist() if isinstance(t, torch.Tensor) else t)]
+from ._core_common import (  # noqa: F401
+    F64,
+    _t,
+    _num,
+    _nums,
+    _echo,
+    _group,
+    _ragged,
+    _lengths_mask,
+    _single_token,
+    _at_ratio_one_grads,
+    _rpp_inputs,
+    _gspo_run,
+    _completions,
+)
 
 
-def _echo(x):
-    """An input echoed for the text: ints stay ints, other numbers become floats."""
-    return x if isinstance(x, int) and not isinstance(x, bool) else _num(x)
-
-
-def _group(group, n: int) -> torch.Tensor:
-    return torch.tensor(group if group is not None else [0] * n, dtype=torch.long)
-
-
-def _ragged(rows, fill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of different lengths -> (values [B, T], mask [B, T]), padded with `fill`."""
-    T = max(len(r) for r in rows)
-    vals = torch.full((len(rows), T), fill, dtype=F64)
-    mask = torch.zeros((len(rows), T), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        vals[i, : len(r)] = _t(r)
-        mask[i, : len(r)] = True
-    return vals, mask
-
-
-def _lengths_mask(lengths) -> torch.Tensor:
-    return _ragged([[0.0] * int(n) for n in lengths])[1]
-
-
-def _single_token(fn, ratios, advs, **kw):
-    """One token per row with lp_old = 0, lp = log ρ. Returns (coef, loss, metrics) where
-    the objective's gradient is ∂ℓ/∂lp = −coef·A (coef 0 where A = 0)."""
-    lp = torch.log(_t(ratios)).unsqueeze(1).requires_grad_()
-    adv = _t(advs)
-    loss, metrics = fn(lp, torch.zeros_like(lp), adv, torch.ones_like(lp, dtype=torch.bool), **kw)
-    loss.sum().backward()
-    g = lp.grad.squeeze(1)
-    coef = torch.where(adv != 0, -g / torch.where(adv != 0, adv, 1.0), 0.0)
-    return coef, loss.detach().squeeze(1), metrics
-
-
-def _at_ratio_one_grads(adv, mask, mode, *, L_norm=None, objective="ppo_clip", logp_value=-1.0):
-    """Per-token gradient of the aggregated loss at the first minibatch (lp = lp_old)."""
-    lp = torch.full(mask.shape, logp_value, dtype=F64, requires_grad=True)
-    if objective == "reinforce":
-        loss, _ = objectives.reinforce(lp, adv, mask)
-    else:
-        loss, _ = objectives.ppo_clip(lp, lp.detach().clone(), adv, mask, eps_low=0.2, eps_high=0.2)
-    value = agg_mod.aggregate(loss, mask, mode, L_norm=L_norm)
-    value.backward()
-    return value.detach(), lp.grad
-
-
-# ---------------------------------------------------------------- GRPO family
 @example("grpo_group_advantages")
 def grpo_group_advantages(rewards, group=None, std="unbiased", eps=1e-6):
     r = _t(rewards)
@@ -122,23 +61,6 @@ def grpo_first_step(rewards, lengths, std="unbiased"):
             "token_grads": _nums(grad[:, 0]), "token_mean_loss_value": _num(tok_value)}
 
 
-@example("k3_kl_term")
-def k3_kl_term(logp, logp_ref, coef=0.04):
-    lp = _t(logp).unsqueeze(0).requires_grad_()
-    ref = _t(logp_ref).unsqueeze(0)
-    k3 = kl.k3(lp, ref)
-    (coef * k3).sum().backward()
-    k1 = kl.k1(lp.detach(), ref)
-    try:
-        kl.check_placement(True, True)
-        both_refused = False
-    except ValueError:
-        both_refused = True
-    return {"logp": _nums(logp), "logp_ref": _nums(logp_ref), "coef": _num(coef),
-            "k1": _nums(k1[0]), "k3": _nums(k3.detach()[0]), "k3_grad": _nums(lp.grad[0]),
-            "both_refused": both_refused}
-
-
 @example("group_advantage_estimators")
 def group_advantage_estimators(rewards, group, std="unbiased"):
     """One batch of grouped rewards through four group-relative estimators."""
@@ -167,21 +89,6 @@ def dr_grpo_affine(rewards, scale, shift):
             "grpo": _nums(adv_mod.grpo(r, g)), "grpo_scaled": _nums(adv_mod.grpo(scale * r, g))}
 
 
-@example("length_bias_gradients")
-def length_bias_gradients(lengths, adv, L_norm):
-    """Per-token gradient of each sequence under three aggregation modes (ρ = 1)."""
-    mask, a = _lengths_mask(lengths), _t(adv)
-    out = {"lengths": [int(n) for n in lengths], "adv": _nums(a), "L_norm": _echo(L_norm)}
-    for key, mode in (("seq_mean_token_mean", "seq_mean_token_mean"), ("token_mean", "token_mean"),
-                      ("sum_norm", "seq_mean_token_sum_norm")):
-        _, grad = _at_ratio_one_grads(a, mask, mode, L_norm=L_norm)
-        w = -grad / a.unsqueeze(1)  # weight c of each token: ∂L/∂lp = −c·A
-        out[key] = _nums(w[:, 0])
-        out[key + "_total"] = _nums(torch.where(mask, w, 0.0).sum(dim=1))
-    out["smtm_ratio"] = _num(out["seq_mean_token_mean"][0] / out["seq_mean_token_mean"][1])
-    return out
-
-
 @example("dr_grpo_lnorm_pitfall")
 def dr_grpo_lnorm_pitfall(batch_a, batch_b, adv, L_norm):
     """Token gradient of sequence 0 in two batches: fixed L_norm vs 'L_norm = longest'."""
@@ -194,16 +101,6 @@ def dr_grpo_lnorm_pitfall(batch_a, batch_b, adv, L_norm):
         out[f"fixed_{name}"] = _num(-fixed[0, 0] / a[0])  # weight c: ∂L/∂lp = −c·A
         out[f"longest_{name}"] = _num(-longest[0, 0] / a[0])
     return out
-
-
-@example("aggregation_modes")
-def aggregation_modes(losses):
-    loss, mask = _ragged(losses)
-    out = {f"losses{i}": _nums(r) for i, r in enumerate(losses)}
-    return {**out, "lengths": [len(r) for r in losses],
-            "token_mean": _num(agg_mod.aggregate(loss, mask, "token_mean")),
-            "seq_mean_token_mean": _num(agg_mod.aggregate(loss, mask, "seq_mean_token_mean")),
-            "seq_mean_token_sum": _num(agg_mod.aggregate(loss, mask, "seq_mean_token_sum"))}
 
 
 @example("grpo_process_advantages")
@@ -243,76 +140,6 @@ def grpo_process_single_step(rewards, T, std="unbiased"):
             "equal": bool(torch.allclose(a_proc, a_out.unsqueeze(1).expand(B, T)))}
 
 
-# ---------------------------------------------------------------- DAPO
-@example("dapo_dynamic_sampling")
-def dapo_dynamic_sampling(correct, group):
-    o, g = _t(correct), _group(group, len(correct))
-    keep, info = filters.dynamic_sampling_keep(o, g)
-    a = adv_mod.grpo(o, g)
-    kept = sorted({int(x) for x in g[keep].tolist()})
-    dropped = sorted({int(x) for x in g[~keep].tolist()})
-    return {"correct": [_echo(x) for x in correct], "kept_groups": kept, "dropped_groups": dropped,
-            "n_groups": int(info["n_groups"]), "n_kept": int(info["n_kept"]),
-            "filtered_fraction": _num(info["filtered_fraction"]),
-            "advantages": _nums(a)}
-
-
-@example("dapo_filter_raw_vs_shaped")
-def dapo_filter_raw_vs_shaped(correct, lengths, group, max_len, cache_len):
-    o, g = _t(correct), _group(group, len(correct))
-    pen = overlong_penalty(torch.tensor(lengths), max_len=max_len, cache_len=cache_len).to(F64)
-    shaped = o + pen
-    keep_raw, info_raw = filters.dynamic_sampling_keep(o, g)
-    keep_shaped, info_shaped = filters.dynamic_sampling_keep(shaped, g)
-    return {"correct": [_echo(x) for x in correct], "lengths": [int(n) for n in lengths], "max_len": int(max_len),
-            "cache_len": int(cache_len), "penalty": _nums(pen), "shaped": _nums(shaped),
-            "kept_on_raw": int(info_raw["n_kept"]), "kept_on_shaped": int(info_shaped["n_kept"]),
-            "shaped_advantages": _nums(adv_mod.grpo(shaped, g))}
-
-
-@example("clip_gradient_coefficients")
-def clip_gradient_coefficients(ratios, advs, eps_low, eps_high, cispo_eps_low=None):
-    """Gradient coefficient c (∂ℓ/∂lp = −c·A) of ppo_clip, gppo and cispo per token."""
-    kw = dict(eps_low=eps_low, eps_high=eps_high)
-    c_ppo, l_ppo, m_ppo = _single_token(objectives.ppo_clip, ratios, advs, **kw)
-    c_gppo, l_gppo, m_gppo = _single_token(objectives.gppo, ratios, advs, **kw)
-    c_cis, l_cis, _ = _single_token(objectives.cispo, ratios, advs, eps_low=cispo_eps_low, eps_high=eps_high)
-    return {"ratios": _nums(ratios), "advs": _nums(advs), "eps_low": _num(eps_low),
-            "eps_high": _num(eps_high), "upper": _num(1 + eps_high), "lower": _num(1 - eps_low),
-            "ppo": _nums(c_ppo), "gppo": _nums(c_gppo), "cispo": _nums(c_cis),
-            "ppo_loss": _nums(l_ppo), "gppo_loss": _nums(l_gppo), "cispo_loss": _nums(l_cis),
-            "same_forward": bool(torch.equal(l_ppo, l_gppo)),
-            "ppo_clip_frac": _num(m_ppo["clip_frac"]), "gppo_clip_frac": _num(m_gppo["clip_frac"]),
-            "gppo_high_pos_frac": _num(m_gppo["clip_frac/high_pos"])}
-
-
-@example("clip_higher_vs_symmetric")
-def clip_higher_vs_symmetric(ratios, adv, eps_low, eps_high, eps_sym):
-    advs = [adv] * len(ratios)
-    c_dapo, _, _ = _single_token(objectives.ppo_clip, ratios, advs, eps_low=eps_low, eps_high=eps_high)
-    c_sym, _, _ = _single_token(objectives.ppo_clip, ratios, advs, eps_low=eps_sym, eps_high=eps_sym)
-    return {"ratios": _nums(ratios), "adv": _num(adv), "eps_high": _num(eps_high),
-            "eps_sym": _num(eps_sym), "dapo": _nums(c_dapo), "symmetric": _nums(c_sym),
-            "upper_dapo": _num(1 + eps_high), "upper_sym": _num(1 + eps_sym)}
-
-
-@example("cispo_loss_value")
-def cispo_loss_value(logp, adv, eps_high):
-    """First minibatch (ρ = 1): same gradient as PPO, different loss value."""
-    def run(fn, **kw):
-        lp = _t(logp).unsqueeze(0).requires_grad_()
-        loss, _ = fn(lp, lp.detach().clone(), _t([adv]), torch.ones_like(lp, dtype=torch.bool), **kw)
-        value = agg_mod.aggregate(loss, torch.ones_like(lp, dtype=torch.bool), "token_mean")
-        value.backward()
-        return value.detach(), lp.grad[0]
-    v_cis, g_cis = run(objectives.cispo, eps_low=None, eps_high=eps_high)
-    v_ppo, g_ppo = run(objectives.ppo_clip, eps_low=0.2, eps_high=eps_high)
-    return {"logp": _nums(logp), "adv": _num(adv), "cispo_value": _num(v_cis), "ppo_value": _num(v_ppo),
-            "cispo_grad": _nums(g_cis), "ppo_grad": _nums(g_ppo),
-            "same_grad": bool(torch.allclose(g_cis, g_ppo))}
-
-
-# ---------------------------------------------------------------- PPO / GAE
 @example("gae_hand_case")
 def gae_hand_case(rewards, values, gamma, lam):
     r, v = _t(rewards).unsqueeze(0), _t(values).unsqueeze(0)
@@ -339,27 +166,6 @@ def ppo_vs_grpo_credit(values, reward, group_rewards, lam):
             "grpo_tokens": [_num(g[0])] * T}
 
 
-@example("kl_in_reward")
-def kl_in_reward(outcome, logp_old, logp_ref, values, coef, lam=0.95):
-    """InstructGPT-style shaping: −β·k1(lp_old, lp_ref) per token + outcome at the end."""
-    old, ref = _t(logp_old).unsqueeze(0), _t(logp_ref).unsqueeze(0)
-    m = torch.ones_like(old, dtype=torch.bool)
-    pen = kl.reward_penalty(old, ref, m, coef=coef)
-    tok_r = -pen
-    tok_r[0, -1] += outcome
-    a, _ = adv_mod.gae(tok_r, _t(values).unsqueeze(0), m, gamma=1.0, lam=lam)
-    try:
-        kl.reward_penalty(old.clone().requires_grad_(), ref, m, coef=coef)
-        refused = False
-    except ValueError:
-        refused = True
-    return {"outcome": _num(outcome), "coef": _num(coef), "logp_old": _nums(logp_old),
-            "logp_ref": _nums(logp_ref), "penalty": _nums(pen[0]),
-            "token_rewards": _nums(tok_r[0]), "advantages": _nums(a[0]),
-            "learner_logp_refused": refused}
-
-
-# ---------------------------------------------------------------- RLOO / ReMax
 @example("rloo_advantages")
 def rloo_advantages(rewards, group=None):
     r, g = _t(rewards), _group(group, len(rewards))
@@ -383,21 +189,6 @@ def rloo_singleton(rewards, group):
     a = adv_mod.rloo(r[keep], g[keep])
     return {"rewards": _nums(r), "error": error, "grpo_default": _nums(adv_mod.grpo(r, g)),
             "without_singleton": _nums(a)}
-
-
-@example("reinforce_token_gradients")
-def reinforce_token_gradients(rewards, lengths, greedy_rewards=None, mode="seq_mean_token_sum"):
-    """REINFORCE (−A·lp) aggregated, A from ReMax (greedy_rewards given) or RLOO (one
-    group): the per-token gradient ∂L/∂lp of each response."""
-    r, mask = _t(rewards), _lengths_mask(lengths)
-    if greedy_rewards is not None:
-        a = adv_mod.remax(r, _t(greedy_rewards))
-    else:
-        a = adv_mod.rloo(r, torch.zeros(len(rewards), dtype=torch.long))
-    value, grad = _at_ratio_one_grads(a, mask, mode, objective="reinforce")
-    return {"rewards": _nums(r), "greedy": _nums(greedy_rewards or []), "adv": _nums(a),
-            "lengths": [int(n) for n in lengths], "mode": mode,
-            "token_grads": _nums(grad[:, 0]), "loss_value": _num(value)}
 
 
 @example("remax_advantages")
@@ -426,13 +217,6 @@ def remax_vs_rloo(sample_reward, greedy_reward, other_sample_reward):
     rl = adv_mod.rloo(_t([sample_reward, other_sample_reward]), torch.zeros(2, dtype=torch.long))
     return {"sample": _num(sample_reward), "greedy": _num(greedy_reward),
             "other": _num(other_sample_reward), "remax": _num(rm[0]), "rloo": _nums(rl)}
-
-
-# ---------------------------------------------------------------- REINFORCE++
-def _rpp_inputs(logp_old, logp_ref):
-    old, m = _ragged(logp_old)
-    ref, _ = _ragged(logp_ref)
-    return old, ref, m
 
 
 @example("reinforce_pp_returns")
@@ -498,7 +282,6 @@ def reinforce_pp_ema(train_a, eval_batch, train_b, decay):
             "adv_2": _nums(a2), "n_updates": ema.n_updates, "reuse_error": reuse}
 
 
-# ---------------------------------------------------------------- VAPO
 @example("vapo_lambda")
 def vapo_lambda(lengths, alpha=0.05):
     lam, n = adv_mod.length_adaptive_lambda(_t(lengths), alpha=alpha)
@@ -535,64 +318,6 @@ def vapo_positive_nll(logp, correct, nll_coef=0.1):
     return {"correct": [bool(c) for c in correct], "nll_coef": _num(nll_coef),
             "n_tokens": int(sel.sum()), "nll_value": _num(value),
             "grad_rows": [_num(x) for x in lp.grad.abs().sum(dim=1)]}
-
-
-# ---------------------------------------------------------------- GSPO
-def _gspo_run(fn, log_ratios, adv, eps_low, eps_high, mode="seq_mean_token_mean"):
-    lp, mask = _ragged(log_ratios)
-    lp.requires_grad_()
-    loss, metrics = fn(lp, torch.zeros_like(lp), _t(adv), mask, eps_low=eps_low, eps_high=eps_high)
-    agg_mod.aggregate(loss, mask, mode).backward()
-    return lp.grad, metrics, mask
-
-
-@example("gspo_sequence_ratio")
-def gspo_sequence_ratio(log_ratios, eps_low=3e-4, eps_high=4e-4):
-    _, metrics, _ = _gspo_run(objectives.gspo, [log_ratios], [1.0], eps_low, eps_high)
-    return {"log_ratios": _nums(log_ratios), "token_ratios": [_num(math.exp(x)) for x in log_ratios],
-            "sequence_ratio": _num(metrics["ratio/mean"]),
-            "product_ratio": _num(math.exp(sum(log_ratios)))}
-
-
-@example("gspo_gradients")
-def gspo_gradients(log_ratios, adv, eps_low=3e-4, eps_high=4e-4):
-    """Per-row sequence ratio s_i and the gradient ∂L/∂lp of every token of that row."""
-    g, _, _ = _gspo_run(objectives.gspo, log_ratios, adv, eps_low, eps_high)
-    out = {"adv": _nums(adv), "eps_low": _num(eps_low), "eps_high": _num(eps_high)}
-    for i, row in enumerate(log_ratios):
-        lr, m = _ragged([row])
-        _, metrics = objectives.gspo(lr, torch.zeros_like(lr), _t([adv[i]]), m, eps_low=eps_low, eps_high=eps_high)
-        out[f"s{i}"] = _num(metrics["ratio/mean"])
-        out[f"grads{i}"] = _nums(g[i, : len(row)])
-        out[f"clipped{i}"] = bool(metrics["clip_frac"] > 0)
-    return out
-
-
-@example("gspo_vs_token_clip")
-def gspo_vs_token_clip(log_ratios, adv, eps_low, eps_high):
-    g_seq, m_seq, _ = _gspo_run(objectives.gspo, [log_ratios], [adv], eps_low, eps_high)
-    g_tok, m_tok, _ = _gspo_run(objectives.ppo_clip, [log_ratios], [adv], eps_low, eps_high)
-    return {"log_ratios": _nums(log_ratios), "token_ratios": [_num(math.exp(x)) for x in log_ratios],
-            "adv": _num(adv), "eps_low": _num(eps_low), "eps_high": _num(eps_high),
-            "sequence_ratio": _num(m_seq["ratio/mean"]), "gspo_grads": _nums(g_seq[0]),
-            "ppo_grads": _nums(g_tok[0]), "gspo_clip_frac": _num(m_seq["clip_frac"]),
-            "ppo_clip_frac": _num(m_tok["clip_frac"])}
-
-
-@example("gspo_aggregation")
-def gspo_aggregation(lengths, adv, eps_low=3e-4, eps_high=4e-4):
-    """Total gradient each response receives under the paper's mode vs token_mean."""
-    rows = [[0.0] * int(n) for n in lengths]
-    out = {"lengths": [int(n) for n in lengths], "adv": _nums(adv)}
-    for key, mode in (("seq_mean", "seq_mean_token_mean"), ("token_mean", "token_mean")):
-        g, _, _ = _gspo_run(objectives.gspo, rows, adv, eps_low, eps_high, mode)
-        out[key] = _nums(-g.sum(dim=1) / _t(adv))  # total weight of each response
-    return out
-
-
-# ---------------------------------------------------------------- TTRL
-def _completions(answers) -> list[str]:
-    return [f"... so the answer is {a}." if a is not None else "I could not finish." for a in answers]
 
 
 @example("ttrl_vote")

@@ -1,0 +1,234 @@
+"""Worked examples: staleness and off-policy tokens (gmc, missing_old_logits, minirl, sis)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import torch
+from ... import advantages, aggregate as agg, corrections, kl, methods, objectives
+from ...corrections._host import clipped_surrogate
+from ...rewards import ttrl_rewards
+from . import example
+from ._offpolicy_common import (  # noqa: F401
+    F64,
+    _row,
+    _log_row,
+    _ones,
+    _flat,
+    _f,
+    _leaf,
+    _grad,
+    _error,
+    _engine_pair,
+    _padded,
+    _constant_sequences,
+    _versioned,
+    _sis_inputs,
+    _tapo_rows,
+    _wide,
+    _seq_batch,
+    _first_valid,
+    _row_sums,
+)
+
+
+@example("gmc_cap")
+def gmc_cap(weights, group, cap):
+    w = torch.tensor([float(v) for v in weights], dtype=F64)
+    g = torch.tensor(group)
+    out, m = corrections.gmc(w, g, cap=cap)
+    return {"weights": list(map(float, weights)), "group": str(list(group)), "cap": cap, "capped": _flat(out),
+            "max_mass_before": _f(m["gmc/max_group_mass"]), "max_mass_after": _f(m["gmc/max_group_mass_capped"]),
+            "frac_groups_capped": _f(m["gmc/frac_groups_capped"]),
+            "ess_before": _f(m["gmc/ess_before"]), "ess_after": _f(m["gmc/ess_after"])}
+
+
+@example("gmc_vs_trajectory_clip")
+def gmc_vs_trajectory_clip(weights, cap, clip):
+    """GMC on one group vs clipping each trajectory weight on its own (the `mis` kernel in
+    truncate mode on one-token trajectories whose log-ratio is log w)."""
+    w = torch.tensor([float(v) for v in weights], dtype=F64)
+    capped, _ = corrections.gmc(w, torch.zeros(len(weights), dtype=torch.long), cap=cap)
+    lp_num = torch.log(w).unsqueeze(-1)
+    clipped, _ = corrections.mis(lp_num, torch.zeros_like(lp_num), _ones(lp_num), low=0.0, high=clip,
+                                 kind="product", mode="truncate")
+    return {"weights": list(map(float, weights)), "cap": cap, "clip": clip, "gmc": _flat(capped),
+            "clipped": _flat(clipped), "gmc_mass": _f(capped.sum()), "clipped_mass": _f(clipped.sum()),
+            "gmc_first_over_second": _f(capped[0] / capped[1]),
+            "clipped_first_over_second": _f(clipped[0] / clipped[1])}
+
+
+@example("gmc_edge")
+def gmc_edge(weights, cap, bad_weights):
+    w = torch.tensor([float(v) for v in weights], dtype=F64)
+    out, m = corrections.gmc(w, torch.full((len(weights),), 5), cap=cap)
+    bad = torch.tensor([float(v) for v in bad_weights], dtype=F64)
+    msg = _error(lambda: corrections.gmc(bad, torch.zeros(len(bad_weights), dtype=torch.long), cap=cap))
+    return {"weights": list(map(float, weights)), "cap": cap, "mass": _f(w.sum()), "capped": _flat(out),
+            "rescaled": _f(m["gmc/frac_groups_capped"]) > 0, "bad_weights": str(list(bad_weights)),
+            "negative_error": msg}
+
+
+@example("mol_decompose")
+def mol_decompose(p_behavior, p_old, p_current):
+    lp_mu, lp_old, lp_now = _log_row([p_behavior]), _log_row([p_old]), _log_row([p_current])
+    parts = corrections.decompose(lp_now, lp_old, lp_mu, _ones(lp_now))
+    d, s, total = (math.exp(_f(parts[k][0, 0])) for k in ("engine_log_ratio", "staleness_log_ratio",
+                                                           "total_log_ratio"))
+    return {"p_behavior": p_behavior, "p_old": p_old, "p_current": p_current, "d": d, "s": s,
+            "total": total, "d_times_s": d * s, "matches": abs(d * s - total) < 1e-12}
+
+
+@example("mol_total_vs_decoupled")
+def mol_total_vs_decoupled(p_behavior, p_old, p_current, adv, cap, eps):
+    lp_mu, lp_old, lp_now = _log_row([p_behavior]), _log_row([p_old]), _log_row([p_current])
+    mask = _ones(lp_now)
+    a = torch.full((1,), float(adv), dtype=F64)
+    lp = _leaf(lp_now)
+    single, _ = objectives.ppo_clip(lp, lp_mu, a, mask, eps_low=eps, eps_high=eps)  # one clip on π_θ/μ
+    g_single = _grad(single.sum(), lp)[0]
+    lp2 = _leaf(lp_now)
+    loss, m = corrections.decoupled_loss(lp2, _versioned(lp_old, 3, "trainer"), _versioned(lp_mu, 3, "bf16"),
+                                         a, mask, correction="tis", correction_kwargs={"cap": cap},
+                                         eps_low=eps, eps_high=eps)
+    return {"p_behavior": p_behavior, "p_old": p_old, "p_current": p_current, "adv": adv, "cap": cap, "eps": eps,
+            "d": p_old / p_behavior, "s": p_current / p_old, "total": p_current / p_behavior,
+            "single_clip_grad": g_single, "decoupled_grad": _grad(loss.sum(), lp2)[0]}
+
+
+@example("mol_vs_minirl")
+def mol_vs_minirl(p_behavior, p_old, p_current, adv, cap, eps):
+    lp_mu, lp_old, lp_now = _log_row(p_behavior), _log_row(p_old), _log_row(p_current)
+    mask = _ones(lp_now)
+    a = torch.full((1,), float(adv), dtype=F64)
+    lp1, lp2 = _leaf(lp_now), _leaf(lp_now)
+    l1, _ = corrections.decoupled_loss(lp1, _versioned(lp_old, 7, "trainer"), _versioned(lp_mu, 7, "bf16"), a,
+                                       mask, correction="tis", correction_kwargs={"cap": cap},
+                                       eps_low=eps, eps_high=eps)
+    l2, _ = corrections.minirl_loss(lp2, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=cap)
+    g1, g2 = _grad(l1.sum(), lp1), _grad(l2.sum(), lp2)
+    stale_old = _versioned(lp_old, 6, "trainer")
+    refused = _error(lambda: corrections.decoupled_loss(
+        _leaf(lp_now), stale_old, _versioned(lp_mu, 7, "bf16"), a, mask, correction="tis",
+        correction_kwargs={"cap": cap}, eps_low=eps, eps_high=eps))
+    accepted = _error(lambda: corrections.minirl_loss(_leaf(lp_now), stale_old.tensor, lp_mu, a, mask,
+                                                      eps_low=eps, eps_high=eps, engine_cap=cap))
+    return {"mol_loss": _flat(l1), "minirl_loss": _flat(l2), "mol_grad": g1, "minirl_grad": g2,
+            "same": bool(torch.allclose(l1, l2)) and g1 == g2, "mol_version_error": refused,
+            "minirl_version_error": accepted}
+
+
+@example("mol_refusals")
+def mol_refusals(p_behavior, p_old):
+    lp_mu, lp_old = _log_row([p_behavior]), _log_row([p_old])
+    beh = _versioned(lp_mu, 5, "bf16")
+    approx = corrections.VersionedLogprobs(lp_old, 5, "trainer", "approx_ewma")
+    return {"missing": _error(lambda: corrections.require_exact_old(None, beh)),
+            "approx": _error(lambda: corrections.require_exact_old(approx, beh)),
+            "version": _error(lambda: corrections.require_exact_old(_versioned(lp_old, 4, "trainer"), beh)),
+            "exact_ok": _error(lambda: corrections.require_exact_old(_versioned(lp_old, 5, "trainer"), beh))}
+
+
+@example("minirl_first_minibatch")
+def minirl_first_minibatch(p_old, p_behavior, adv, eps):
+    """ρ = 1: the clipped term is inactive and MiniRL = REINFORCE weighted by π_old/μ."""
+    lp_old, lp_mu = _log_row(p_old), _log_row(p_behavior)
+    mask = _ones(lp_old)
+    a = torch.full((1,), float(adv), dtype=F64)
+    lp = _leaf(lp_old)
+    loss, _ = corrections.minirl_loss(lp, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=None)
+    lp2 = _leaf(lp_old)
+    w, _ = corrections.tis(lp_old, lp_mu, mask, cap=math.inf)  # the untruncated engine ratio
+    ref, _ = objectives.reinforce(lp2, a, mask, weight=w)
+    g1, g2 = _grad(loss.sum(), lp), _grad(ref.sum(), lp2)
+    return {"adv": adv, "engine_ratio": _flat(w), "minirl_grad": g1, "reinforce_grad": g2,
+            "equal": all(abs(x - y) < 1e-12 for x, y in zip(g1, g2))}
+
+
+@example("minirl_minibatches")
+def minirl_minibatches(ratio_engine, rhos, adv, eps):
+    """One token per entry of `rhos`: later minibatches see ρ ≠ 1 and the clip bites."""
+    lp_old, lp_mu = _engine_pair([ratio_engine] * len(rhos))
+    mask = _ones(lp_old)
+    lp = _leaf(lp_old + torch.log(_row(rhos)))
+    a = torch.full((1,), float(adv), dtype=F64)
+    loss, m = corrections.minirl_loss(lp, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=None)
+    return {"ratio_engine": ratio_engine, "rhos": list(map(float, rhos)), "adv": adv, "eps": eps,
+            "grad": _grad(loss.sum(), lp), "clip_frac": _f(m["minirl/clip_frac"])}
+
+
+@example("minirl_vs_tis")
+def minirl_vs_tis(ratio_engine, adv, cap, eps):
+    lp_old, lp_mu = _engine_pair([ratio_engine])
+    mask = _ones(lp_old)
+    a = torch.full((1,), float(adv), dtype=F64)
+    lp = _leaf(lp_old)
+    loss, _ = corrections.minirl_loss(lp, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=None)
+    w, _ = corrections.tis(lp_old, lp_mu, mask, cap=cap)
+    lp2 = _leaf(lp_old)
+    host, _ = objectives.ppo_clip(lp2, lp_old, a, mask, eps_low=eps, eps_high=eps)
+    return {"ratio_engine": ratio_engine, "cap": cap, "minirl_grad": _grad(loss.sum(), lp)[0],
+            "tis_grad": _grad((host * w).sum(), lp2)[0], "tis_weight": _f(w[0, 0])}
+
+
+@example("minirl_routing")
+def minirl_routing(layers, k):
+    rec = corrections.RoutingRecord(torch.zeros((1, 3, layers, k), dtype=torch.long), "tiny-moe")
+    return {"dense_with_routes": _error(lambda: corrections.check_routing(rec, model_is_moe=False,
+                                                                          n_layers=layers, k=k)),
+            "moe_without_routes": _error(lambda: corrections.check_routing(None, model_is_moe=True,
+                                                                           n_layers=layers, k=k)),
+            "wrong_top_k": _error(lambda: corrections.check_routing(rec, model_is_moe=True, n_layers=layers,
+                                                                    k=k + 1)),
+            "ok": _error(lambda: corrections.check_routing(rec, model_is_moe=True, n_layers=layers, k=k,
+                                                           batch_shape=(1, 3), model_id="tiny-moe"))}
+
+
+@example("sis_accept_prob")
+def sis_accept_prob(behavior_topk, current_topk, sampled, positions, seed):
+    lp, ids, lmk, lpk, tok, lmu, mask = _sis_inputs(behavior_topk, current_topk, sampled, positions)
+    gen = torch.Generator().manual_seed(int(seed))
+    acc, m = corrections.sis(lp, ids, lmk, lpk, tok, lmu, mask, generator=gen)
+    return {"p_current": float(current_topk[sampled]), "p_behavior": float(behavior_topk[sampled]),
+            "envelope": math.exp(_f(m["sis/log_envelope_mean"])), "accept_prob": _f(m["sis/accept_prob_mean"]),
+            "accept_rate": _f(m["sis/accept_rate"]), "positions": positions}
+
+
+@example("sis_mechanism")
+def sis_mechanism(topk, positions, seed):
+    """π = μ: every token accepted; an accepted token's ratio is the unit carrier."""
+    lp, ids, lmk, lpk, tok, lmu, mask = _sis_inputs(topk, topk, 0, positions)
+    acc, m = corrections.sis(lp, ids, lmk, lpk, tok, lmu, mask, generator=torch.Generator().manual_seed(seed))
+    leaf = _leaf(lp[:, :1])
+    w = corrections.sis_weights(leaf, torch.full_like(leaf, 1.7), torch.ones_like(leaf, dtype=torch.bool))
+    return {"accept_rate": _f(m["sis/accept_rate"]), "envelope": math.exp(_f(m["sis/log_envelope_mean"])),
+            "carrier_value": _f(w[0, 0]), "carrier_grad": _grad(w.sum(), leaf)[0]}
+
+
+@example("sis_vs_ppo")
+def sis_vs_ppo(rho, adv, eps):
+    """A token with ρ = π_θ/π_old above 1 + ε and A > 0: accepted by SIS vs clipped by PPO."""
+    lp_old = _log_row([0.2])
+    mask = _ones(lp_old)
+    a = torch.full((1,), float(adv), dtype=F64)
+
+    def host_grad(accepted: bool) -> float:
+        lp = _leaf(lp_old + math.log(rho))
+        ratio = torch.exp(lp - lp_old)
+        w = corrections.sis_weights(lp, ratio, torch.full_like(mask, accepted))
+        return _grad(clipped_surrogate(w, a.unsqueeze(-1), 1 - eps, 1 + eps).sum(), lp)[0]
+
+    lp = _leaf(lp_old + math.log(rho))
+    ppo, _ = objectives.ppo_clip(lp, lp_old, a, mask, eps_low=eps, eps_high=eps)
+    return {"rho": rho, "adv": adv, "eps": eps, "accepted_grad": host_grad(True),
+            "rejected_grad": host_grad(False), "ppo_grad": _grad(ppo.sum(), lp)[0]}
+
+
+@example("sis_seeded")
+def sis_seeded(behavior_topk, current_topk, positions, seed):
+    args = _sis_inputs(behavior_topk, current_topk, 0, positions)
+    run = lambda s: corrections.sis(*args, generator=torch.Generator().manual_seed(s))[0]  # noqa: E731
+    a, b, c = run(seed), run(seed), run(seed + 1)
+    return {"seed": seed, "same_seed_equal": bool(torch.equal(a, b)),
+            "other_seed_differs": int((a != c).sum()), "positions": positions,
+            "no_generator": _error(lambda: corrections.sis(*args, generator=None))}
