@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
 import torch
 from ... import advantages as adv_mod
 from ... import aggregate as agg_mod
-from ... import filters, kl, objectives
+from ... import filters, kl
 from ...errors import PolicylabError
-from ...rewards import overlong_penalty, pseudo_label_agreement, ttrl_rewards
+from ...rewards import pseudo_label_agreement, ttrl_rewards
 from ...rewards.verifiers import exact_numeric_reward
 from . import example
-from ._core_common import (  # noqa: F401
+from ._core_common import (
     F64,
     _t,
     _num,
@@ -20,10 +19,8 @@ from ._core_common import (  # noqa: F401
     _group,
     _ragged,
     _lengths_mask,
-    _single_token,
     _at_ratio_one_grads,
     _rpp_inputs,
-    _gspo_run,
     _completions,
 )
 

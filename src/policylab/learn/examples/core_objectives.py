@@ -7,11 +7,11 @@ import torch
 from ... import advantages as adv_mod
 from ... import aggregate as agg_mod
 from ... import filters, kl, objectives
-from ...errors import PolicylabError
-from ...rewards import overlong_penalty, pseudo_label_agreement, ttrl_rewards
-from ...rewards.verifiers import exact_numeric_reward
+
+from ...rewards import overlong_penalty
+
 from . import example
-from ._core_common import (  # noqa: F401
+from ._core_common import (
     F64,
     _t,
     _num,
@@ -22,9 +22,7 @@ from ._core_common import (  # noqa: F401
     _lengths_mask,
     _single_token,
     _at_ratio_one_grads,
-    _rpp_inputs,
     _gspo_run,
-    _completions,
 )
 
 

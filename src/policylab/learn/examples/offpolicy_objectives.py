@@ -5,11 +5,10 @@ from __future__ import annotations
 import inspect
 import math
 import torch
-from ... import advantages, aggregate as agg, corrections, kl, methods, objectives
-from ...corrections._host import clipped_surrogate
-from ...rewards import ttrl_rewards
+from ... import advantages, aggregate as agg, corrections, methods, objectives
+
 from . import example
-from ._offpolicy_common import (  # noqa: F401
+from ._offpolicy_common import (
     F64,
     _row,
     _log_row,
@@ -19,11 +18,6 @@ from ._offpolicy_common import (  # noqa: F401
     _leaf,
     _grad,
     _error,
-    _engine_pair,
-    _padded,
-    _constant_sequences,
-    _versioned,
-    _sis_inputs,
     _tapo_rows,
     _wide,
     _seq_batch,

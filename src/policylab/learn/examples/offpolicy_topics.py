@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
-import math
 import torch
 from ... import advantages, aggregate as agg, corrections, kl, methods, objectives
-from ...corrections._host import clipped_surrogate
+
 from ...rewards import ttrl_rewards
 from . import example
-from ._offpolicy_common import (  # noqa: F401
-    F64,
-    _row,
-    _log_row,
-    _ones,
-    _flat,
-    _f,
-    _leaf,
-    _grad,
-    _error,
-    _engine_pair,
-    _padded,
-    _constant_sequences,
-    _versioned,
-    _sis_inputs,
-    _tapo_rows,
-    _wide,
-    _seq_batch,
-    _first_valid,
-    _row_sums,
-)
+from ._offpolicy_common import F64, _row, _log_row, _ones, _flat, _f, _leaf, _grad, _padded
 
 
 @example("xm_engine_vs_policy_ratio")
