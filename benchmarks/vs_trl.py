@@ -1,0 +1,397 @@
+"""policylab vs TRL's GRPOTrainer, side by side, on the same work.
+
+    make bench                                   # installs trl==1.16.0 into .venv, runs this
+    .venv/bin/python benchmarks/vs_trl.py        # 5 steps each, writes benchmarks/results/vs_trl.{json,md}
+
+Both sides: the embedded SmolLM2-135M-Instruct (fp32 weights, fp32 training), the same
+arithmetic prompts in the same order (policylab.tasks.arithmetic.ArithmeticTask, seed
+--seed, single-digit + and x, chat template, no system prompt), the same reward
+(policylab.rewards.exact_numeric_reward on the reply text), 4 prompts x 8 samples per
+step, at most 48 new tokens, temperature 1 (no top-k / top-p), learning rate 5e-6 constant,
+AdamW (0.9, 0.999), no weight decay, grad-norm clip 1.0, no reference model (TRL beta=0),
+GRPO: group-standardized advantages, PPO clip 0.2, one optimizer step per batch,
+per-sequence token mean (TRL loss_type="grpo"), the same micro-batch size for the
+gradient accumulation (--micro-batch), the same seed.
+
+TRL settings that are not its defaults, and why: bf16=False (fp32 weights, as asked),
+gradient_checkpointing=False (policylab does not checkpoint; TRL's default True costs
+TRL ~20% more compute), lr_scheduler_type="constant" (TRL/HF default is linear decay),
+loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_dataset=False
+(so it reads the prompts in the same order), use_cpu, report_to="none".
+
+Each side runs in its own subprocess (`--worker trl|policylab`), so the peak RSS of each
+is its own (resource.getrusage ru_maxrss at the end of training). Step time: TRL from
+on_step_begin to on_step_end of a TrainerCallback (generation, reward, forward/backward,
+optimizer); policylab: Trainer.train_step() (the same work). completions/s = completions
+trained / sum of step times. The last line printed is `ratio_vs_trl=<policylab/TRL>`.
+
+`--eval-n N` (default 0 = off) also scores each side's trained weights on N held-out
+prompts with one evaluator (policylab's, T = 1, seed fixed), outside the timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve()
+
+
+# ------------------------------------------------------------------------ shared setup
+def shared_prompts(n: int, seed: int):
+    from policylab.tasks.arithmetic import ArithmeticTask
+
+    return ArithmeticTask(ops=("+", "*"), digits=1, seed=seed).train_prompts(n)
+
+
+def model_dir(model: str) -> str:
+    from policylab.models import materialize_embedded
+
+    return str(materialize_embedded()) if model == "embedded" else model
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def heldout_eval(model, tokenizer, n: int, seed: int) -> dict:
+    """Sampled (T=1) accuracy on n held-out prompts, policylab's evaluator and FastEngine."""
+    from policylab.engines.fast import FastEngine
+    from policylab.evaluate import evaluate
+    from policylab.rewards import exact_numeric_reward
+    from policylab.tasks.arithmetic import ArithmeticTask
+
+    task = ArithmeticTask(ops=("+", "*"), digits=1, seed=seed)
+    ex = task.heldout(n, repeat=True)
+    prompts = [_encode(tokenizer, e.prompt) for e in ex]
+    was = model.training
+    model.eval()
+    res = evaluate(FastEngine(model, tokenizer), prompts, [e.answer for e in ex], exact_numeric_reward,
+                   temperature=1.0, max_new_tokens=48, batch_size=64, seed=seed + 999)
+    model.train(was)
+    return {k: res[k] for k in ("accuracy", "accuracy_stderr", "mean_length", "n_prompts")}
+
+
+def _encode(tokenizer, prompt: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+# ------------------------------------------------------------------------ workers
+def worker_policylab(a) -> dict:
+    import torch
+
+    from policylab.config import ConfigError, load_config
+    from policylab.trainer import Trainer
+
+    sets = [
+        "method=grpo", f"model={a.model}", f"seed={a.seed}", "method_params.kl_coef=0",
+        "task.name=arithmetic", "task.ops=['+', '*']", "task.digits=1",
+        f"rollout.prompts_per_step={a.prompts}", f"rollout.group_size={a.group}",
+        f"rollout.max_new_tokens={a.max_new_tokens}", "rollout.temperature=1.0",
+        f"train.steps={a.steps}", f"train.lr={a.lr}", f"train.micro_batch_size={a.micro_batch}",
+        f"train.dtype={a.train_dtype}", "train.grad_clip=1.0",
+        "eval.before=false", "eval.after=false", "log.tensorboard=false", "log.progress=false",
+        f"run_dir={tempfile.mkdtemp(prefix='vs_trl_policylab_')}", f"rollout.engine={a.engine}",
+        f"rollout.engine_dtype={a.engine_dtype}",
+    ]
+    t0 = time.perf_counter()
+    engine_wiring = "config"
+    try:
+        trainer = Trainer(load_config(None, sets))
+    except ConfigError as exc:
+        if a.engine == "hf":
+            raise
+        # the trainer does not know `rollout.engine=fast` yet: build it with HF, then swap
+        # in the FastEngine on the same (shared) weights
+        from policylab.engines.fast import FastEngine
+
+        engine_wiring = f"swapped after construction ({exc})"
+        trainer = Trainer(load_config(None, [s for s in sets if not s.startswith("rollout.engine")]))
+        dtype = torch.bfloat16 if a.engine_dtype == "bf16" else torch.float32
+        trainer.engine = FastEngine(trainer.model, trainer.tokenizer, dtype=dtype)
+    setup_s = time.perf_counter() - t0
+    steps = []
+    t_train = time.perf_counter()
+    for _ in range(a.steps):
+        m = trainer.train_step()
+        steps.append({
+            "step_s": m["time/step_s"], "generate_s": m["time/generate_s"], "train_s": m.get("time/train_s"),
+            "reward": m.get("reward/mean"), "completion_len": m.get("response/length_mean"),
+            "completions": m.get("rollout/sequences", 0),
+        })
+        print(f"[policylab] step {len(steps)}: {m['time/step_s']:.1f}s (generate {m['time/generate_s']:.1f}s, "
+              f"train {m.get('time/train_s', 0):.1f}s) reward {m.get('reward/mean', float('nan')):.3f} "
+              f"len {m.get('response/length_mean', float('nan')):.1f}", flush=True)
+    train_wall = time.perf_counter() - t_train
+    out = {"side": "policylab", "engine": trainer.engine.engine_name, "engine_wiring": engine_wiring,
+           "setup_s": setup_s, "train_wall_s": train_wall, "steps": steps, "peak_rss_mb": peak_rss_mb(),
+           "threads": torch.get_num_threads()}
+    if a.eval_n:
+        out["heldout"] = heldout_eval(trainer.model, trainer.tokenizer, a.eval_n, a.seed)
+    out["prompts_seen"] = None  # the trainer draws them from the same ArithmeticTask stream
+    return out
+
+
+def worker_trl(a) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from policylab.rewards import exact_numeric_reward
+
+    examples = shared_prompts(a.prompts * a.steps, a.seed)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "answer": e.answer}
+                            for e in examples])
+    seen: list[str] = []
+    rewards: list[float] = []
+
+    def reward(prompts, completions, answer, **kwargs):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        for p in prompts:
+            text = p[-1]["content"] if isinstance(p, list) else p
+            if not seen or seen[-1] != text:
+                seen.append(text)
+        r = exact_numeric_reward(texts, list(answer))
+        rewards.append(sum(r) / len(r))
+        return r
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times, self.t0 = [], None
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times.append(time.perf_counter() - self.t0)
+            print(f"[trl] step {len(self.times)}: {self.times[-1]:.1f}s", flush=True)
+
+    G = a.group
+    B = a.prompts * G
+    if B % a.micro_batch:
+        raise SystemExit(f"--micro-batch {a.micro_batch} must divide {B}")
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="vs_trl_trl_"), use_cpu=True, bf16=False, fp16=False,
+        per_device_train_batch_size=a.micro_batch, gradient_accumulation_steps=B // a.micro_batch,
+        num_generations=G, max_completion_length=a.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0, beta=0.0, loss_type="grpo",
+        scale_rewards="group", num_iterations=1, epsilon=0.2, max_steps=a.steps, logging_steps=1,
+        report_to="none", save_strategy="no", gradient_checkpointing=a.trl_gradient_checkpointing,
+        seed=a.seed, data_seed=a.seed, shuffle_dataset=False, dataloader_num_workers=0,
+        remove_unused_columns=False, disable_tqdm=True, log_completions=False,
+    )
+    t0 = time.perf_counter()
+    timer = StepTimer()
+    trainer = GRPOTrainer(model=model_dir(a.model), reward_funcs=[reward], args=cfg, train_dataset=ds,
+                          callbacks=[timer])
+    setup_s = time.perf_counter() - t0
+    t_train = time.perf_counter()
+    trainer.train()
+    train_wall = time.perf_counter() - t_train
+    rss = peak_rss_mb()
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    steps = [{"step_s": t, "reward": (logs[i]["reward"] if i < len(logs) else None),
+              "completion_len": (logs[i].get("completions/mean_length") if i < len(logs) else None),
+              "completions": B} for i, t in enumerate(timer.times)]
+    out = {"side": "trl", "engine": "trl-transformers-generate", "setup_s": setup_s, "train_wall_s": train_wall,
+           "steps": steps, "peak_rss_mb": rss, "threads": torch.get_num_threads(),
+           "prompts_seen": seen, "reward_fn_means": rewards}
+    if a.eval_n:
+        out["heldout"] = heldout_eval(trainer.model, trainer.processing_class, a.eval_n, a.seed)
+    return out
+
+
+# ------------------------------------------------------------------------ parent
+def run_worker(side: str, a, passthrough: list[str]) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               WANDB_DISABLED="true", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
+    load = os.getloadavg()[0]
+    cmd = [sys.executable, str(HERE), "--worker", side, "--worker-out", path, *passthrough]
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode:
+        raise SystemExit(f"the {side} worker failed (exit {proc.returncode}): {' '.join(cmd)}")
+    res = json.loads(Path(path).read_text())
+    Path(path).unlink()
+    res["load_before"] = round(load, 2)
+    res["load_after"] = round(os.getloadavg()[0], 2)
+    return res
+
+
+def summarize(res: dict) -> dict:
+    steps = res["steps"]
+    n = sum(s["completions"] for s in steps)
+    total = sum(s["step_s"] for s in steps)
+    return {"completions": n, "total_step_s": total, "completions_per_s": n / total if total else 0.0,
+            "mean_step_s": total / max(len(steps), 1), "last_reward": steps[-1]["reward"] if steps else None,
+            "mean_reward": (sum(s["reward"] for s in steps if s["reward"] is not None) / len(steps)) if steps else None}
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
+
+
+def to_markdown(report: dict) -> str:
+    p, t = report["policylab"], report["trl"]
+    ps, ts = p["summary"], t["summary"] if t else None
+    lines = [
+        "# policylab vs TRL GRPOTrainer: same work, side by side",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Machine: {report['machine']}; torch {report['torch']}, transformers {report['transformers']}, "
+        f"trl {report.get('trl_version')}  ",
+        f"Configuration: {report['config']}",
+        "",
+        "| | policylab | TRL |",
+        "|---|---:|---:|",
+    ]
+
+    def row(name, fp, ft):
+        lines.append(f"| {name} | {fp} | {ft} |")
+
+    row("engine", p["engine"], t["engine"] if t else "-")
+    row("per-step time (s)", ", ".join(f"{s['step_s']:.1f}" for s in p["steps"]),
+        ", ".join(f"{s['step_s']:.1f}" for s in t["steps"]) if t else "-")
+    row("mean step (s)", f"{ps['mean_step_s']:.1f}", f"{ts['mean_step_s']:.1f}" if t else "-")
+    row("completions/s", f"{ps['completions_per_s']:.2f}", f"{ts['completions_per_s']:.2f}" if t else "-")
+    row("reward per step", ", ".join(f"{s['reward']:.3f}" for s in p["steps"]),
+        ", ".join(f"{s['reward']:.3f}" for s in t["steps"] if s["reward"] is not None) if t else "-")
+    row("reward after the last step", f"{ps['last_reward']:.3f}", f"{ts['last_reward']:.3f}" if t else "-")
+    row("peak RSS (MB)", f"{p['peak_rss_mb']:.0f}", f"{t['peak_rss_mb']:.0f}" if t else "-")
+    row("setup (load model etc., s, untimed)", f"{p['setup_s']:.1f}", f"{t['setup_s']:.1f}" if t else "-")
+    row("load average before / after", f"{p['load_before']} / {p['load_after']}",
+        f"{t['load_before']} / {t['load_after']}" if t else "-")
+    if "heldout" in p:
+        hp, ht = p["heldout"], (t or {}).get("heldout")
+        row(f"held-out sampled accuracy after training (n={hp['n_prompts']})",
+            f"{hp['accuracy']:.3f} ± {hp['accuracy_stderr']:.3f}",
+            f"{ht['accuracy']:.3f} ± {ht['accuracy_stderr']:.3f}" if ht else "-")
+    if report.get("policylab_generate_s"):
+        lines += ["", f"policylab time split (sum over steps): generate {report['policylab_generate_s']:.1f} s, "
+                      f"train {report['policylab_train_s']:.1f} s."]
+    if t:
+        lines += ["", f"Same prompts in the same order on both sides: {report['same_prompts']}.",
+                  "", f"**ratio_vs_trl = {report['ratio_vs_trl']:.2f}** (policylab completions/s / TRL completions/s)"]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--model", default="embedded", help="'embedded' or a local HF model directory")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--lr", type=float, default=5e-6)
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward, both sides")
+    ap.add_argument("--engine", default="fast", choices=("fast", "hf"), help="policylab rollout engine")
+    ap.add_argument("--engine-dtype", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--train-dtype", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--trl-gradient-checkpointing", action="store_true")
+    ap.add_argument("--eval-n", type=int, default=0)
+    ap.add_argument("--sides", default="trl,policylab", help="comma list: which sides to run, in order")
+    ap.add_argument("--out", default=str(RESULTS / "vs_trl"), help="results path without suffix ('' = none)")
+    ap.add_argument("--worker", choices=("trl", "policylab"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parse(argv)
+    if a.worker:
+        res = (worker_trl if a.worker == "trl" else worker_policylab)(a)
+        Path(a.worker_out).write_text(json.dumps(res))
+        return res
+    import importlib.util
+
+    import torch
+    import transformers
+
+    # the workers get every argument except --out / --sides (and their values)
+    cleaned, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+            continue
+        if x in ("--out", "--sides"):
+            skip = True
+            continue
+        if x.startswith(("--out=", "--sides=")):
+            continue
+        cleaned.append(x)
+    passthrough = cleaned
+    sides = [s for s in a.sides.split(",") if s]
+    have_trl = importlib.util.find_spec("trl") is not None
+    if "trl" in sides and not have_trl:
+        print("trl is not installed: skipping the TRL side (make bench installs trl==1.16.0)", flush=True)
+        sides = [s for s in sides if s != "trl"]
+    results = {s: run_worker(s, a, passthrough) for s in sides}
+    report = {
+        "command": "python benchmarks/vs_trl.py " + " ".join(argv),
+        "machine": machine(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "trl_version": __import__("trl").__version__ if have_trl else None,
+        "config": (f"{a.prompts} prompts x {a.group} samples per step, <= {a.max_new_tokens} new tokens, "
+                   f"temperature 1, lr {a.lr}, {a.steps} steps, micro-batch {a.micro_batch}, seed {a.seed}, "
+                   f"fp32 weights, train dtype {a.train_dtype}, policylab engine {a.engine}-{a.engine_dtype}"
+                   + (", TRL gradient checkpointing ON" if a.trl_gradient_checkpointing else "")),
+        "policylab": results.get("policylab"), "trl": results.get("trl"),
+    }
+    for s in ("policylab", "trl"):
+        if report[s]:
+            report[s]["summary"] = summarize(report[s])
+    p = report["policylab"]
+    if p:
+        report["policylab_generate_s"] = sum(s["generate_s"] for s in p["steps"])
+        report["policylab_train_s"] = sum((s["train_s"] or 0.0) for s in p["steps"])
+    for s in ("trl", "policylab"):
+        r = report[s]
+        if not r:
+            continue
+        sm = r["summary"]
+        print(f"{s:10s} per-step s: " + ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
+        print(f"{s:10s} completions/s {sm['completions_per_s']:.3f}   reward after last step {sm['last_reward']:.3f}"
+              f"   mean reward {sm['mean_reward']:.3f}   peak RSS {r['peak_rss_mb']:.0f} MB"
+              + (f"   held-out acc {r['heldout']['accuracy']:.3f}" if "heldout" in r else ""))
+    if report["trl"] and p:
+        want = [e.prompt for e in shared_prompts(a.prompts * a.steps, a.seed)]
+        report["same_prompts"] = report["trl"]["prompts_seen"] == want
+        report["ratio_vs_trl"] = p["summary"]["completions_per_s"] / report["trl"]["summary"]["completions_per_s"]
+    if a.out and p:
+        out = Path(a.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2))
+        out.with_suffix(".md").write_text(to_markdown(report))
+    if "ratio_vs_trl" in report:
+        print(f"ratio_vs_trl={report['ratio_vs_trl']:.3f}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""policylab.engines.fast: FastEngine keeps HFEngine's contract (behavior log-probs equal
+to a fresh forward, masks through the first eos with pad == eos, layout, extras, seeds)
+and, consuming the RNG as HF's sampling loop does, draws the same tokens as HFEngine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from policylab import SamplingSettings
+from policylab.engines.fast import FastEngine
+from policylab.engines.hf import HFEngine
+from policylab.errors import ShapeError
+from policylab.logprobs import model_logprobs
+
+EOS = 2  # SmolLM2: <|im_end|> is both eos and pad
+PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 300], [1, 40, 41, 42]]
+SETTINGS = [
+    SamplingSettings(temperature=1.0),
+    SamplingSettings(temperature=0.7, top_k=20),
+    SamplingSettings(temperature=1.0, top_p=0.8),
+    SamplingSettings(temperature=0.9, top_k=50, top_p=0.9),
+]
+IDS = ["t1", "t0.7-topk20", "topp0.8", "t0.9-topk50-topp0.9"]
+
+
+def sharpen(model, factor=20.0):
+    """Logit std ~3 instead of ~0.15 (peaked distributions: top-k / top-p cut where it matters)."""
+    with torch.no_grad():
+        model.model.norm.weight.mul_(factor)
+    return model
+
+
+def eos_prone(model, alpha=0.8):
+    """<|im_end|> gets p ~ 0.1-0.5 per step (a shared embedding offset, extra on the tied eos row)."""
+    sharpen(model)
+    with torch.no_grad():
+        E = model.model.embed_tokens.weight
+        E[:, 0] += 0.2
+        E[EOS, 0] += alpha * 0.2
+    return model
+
+
+def sample(engine, sampling, seed=0, G=3, max_new_tokens=8, prompts=PROMPTS, **kw):
+    return engine.generate(prompts, group_size=G, sampling=sampling, max_new_tokens=max_new_tokens,
+                           policy_version=7, batch_id="b0", seed=seed, **kw)
+
+
+def recompute(model, batch, sampling=None):
+    with torch.no_grad():
+        return model_logprobs(model, batch.tokens, batch.attention_mask, batch.prompt_width,
+                              sampling=sampling or batch.sampling)
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=IDS)
+def test_behavior_logprobs_equal_recomputation(tiny_model, tokenizer, sampling):
+    model = sharpen(tiny_model)
+    batch = sample(FastEngine(model, tokenizer), sampling)
+    lp = recompute(model, batch)
+    m = batch.loss_mask
+    assert m.sum() >= 20
+    assert_close(batch.logp_behavior[m], lp[m], rtol=0, atol=1e-5)
+    assert bool((batch.logp_behavior[~m] == 0).all())
+    if sampling != SamplingSettings():  # the tolerance can fail: another transform is far off
+        plain = recompute(model, batch, SamplingSettings())
+        assert (plain - lp)[m].abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=IDS)
+def test_same_tokens_as_hf_engine(tiny_model, tokenizer, sampling):
+    """Same seed -> the same draws as HFEngine: both take argmax(p / E) with E ~ Exp(1)
+    drawn for every row of the batch at every step (torch.multinomial's rule)."""
+    model = eos_prone(tiny_model, alpha=0.6)
+    hf, fast = HFEngine(model, tokenizer), FastEngine(model, tokenizer)
+    for seed in (0, 1, 2):
+        a = sample(hf, sampling, seed=seed, G=4, max_new_tokens=10, record_topk=3)
+        b = sample(fast, sampling, seed=seed, G=4, max_new_tokens=10, record_topk=3)
+        assert torch.equal(a.tokens, b.tokens)
+        assert torch.equal(a.attention_mask, b.attention_mask) and torch.equal(a.loss_mask, b.loss_mask)
+        assert_close(b.logp_behavior, a.logp_behavior, rtol=0, atol=1e-5)
+        m = a.loss_mask
+        assert torch.equal(b.extras["behavior_topk_ids"][m], a.extras["behavior_topk_ids"][m])
+        fin = torch.isfinite(a.extras["behavior_topk_logp"][m])
+        assert torch.equal(fin, torch.isfinite(b.extras["behavior_topk_logp"][m]))
+        assert_close(b.extras["behavior_topk_logp"][m][fin], a.extras["behavior_topk_logp"][m][fin], rtol=0, atol=1e-5)
+        for key in ("truncated", "prompt_lengths", "prompt_index"):
+            assert torch.equal(a.extras[key], b.extras[key]), key
+        assert a.extras["seed"] == b.extras["seed"] == seed
+    # the comparison can fail: another seed gives other tokens
+    assert not torch.equal(sample(hf, sampling, seed=0, G=4).tokens, sample(fast, sampling, seed=5, G=4).tokens)
+
+
+def test_pad_equal_to_eos_masks_by_first_eos(tiny_model, tokenizer):
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id == EOS
+    model = eos_prone(tiny_model)
+    batch = sample(FastEngine(model, tokenizer), SamplingSettings(), seed=3, G=4, max_new_tokens=6)
+    resp, mask = batch.response_tokens, batch.loss_mask
+    T = resp.shape[1]
+    early = 0
+    for i in range(batch.size):
+        row = resp[i].tolist()
+        if EOS in row:
+            e = row.index(EOS)
+            assert mask[i].tolist() == [True] * (e + 1) + [False] * (T - e - 1)
+            assert all(t == EOS for t in row[e + 1 :])  # padding after the eos is the pad (= eos) id
+            assert not batch.extras["truncated"][i]
+            early += e + 1 < T
+        else:
+            assert mask[i].all() and batch.extras["truncated"][i]
+    assert early >= 2 and batch.extras["truncated"].any()
+    assert torch.equal(batch.attention_mask[:, batch.prompt_width :], mask)
+    assert_close(batch.logp_behavior[mask], recompute(model, batch)[mask], rtol=0, atol=1e-5)
+
+
+def test_compaction_does_not_change_the_result(tiny_model, tokenizer):
+    """Dropping finished rows from the cache (every time one finishes, or never) changes
+    neither the tokens nor, beyond float rounding, the log-probs."""
+    model = eos_prone(tiny_model)
+    s = SamplingSettings(temperature=0.9, top_k=50)
+    eager = sample(FastEngine(model, tokenizer, compact_min=1e-9), s, seed=4, G=4, max_new_tokens=12)
+    never = sample(FastEngine(model, tokenizer, compact_min=1.0), s, seed=4, G=4, max_new_tokens=12)
+    assert eager.loss_mask.sum(1).unique().numel() >= 3  # rows end at different steps
+    assert torch.equal(eager.tokens, never.tokens)
+    assert_close(eager.logp_behavior, never.logp_behavior, rtol=0, atol=1e-5)
+
+
+def test_all_rows_stop_early(tiny_model, tokenizer):
+    """When every row has its eos, the loop stops: T is the longest response, as in HF."""
+    model = eos_prone(tiny_model, alpha=3.0)
+    a = sample(HFEngine(model, tokenizer), SamplingSettings(), seed=1, max_new_tokens=30)
+    b = sample(FastEngine(model, tokenizer), SamplingSettings(), seed=1, max_new_tokens=30)
+    assert b.loss_mask.shape[1] < 30 and not b.extras["truncated"].any()
+    assert b.loss_mask.shape == a.loss_mask.shape and torch.equal(a.tokens, b.tokens)
+
+
+def test_left_padding_layout_groups_and_extras(tiny_model, tokenizer):
+    batch = sample(FastEngine(sharpen(tiny_model), tokenizer), SamplingSettings(top_k=10), G=2,
+                   group_ids=[40, 7, 99])
+    P = batch.prompt_width
+    assert P == 6 and batch.size == 6
+    for i in range(6):
+        prompt = PROMPTS[i // 2]
+        n = len(prompt)
+        assert batch.tokens[i, P - n : P].tolist() == prompt
+        assert batch.attention_mask[i, :P].tolist() == [False] * (P - n) + [True] * n
+    assert batch.group.tolist() == [40, 40, 7, 7, 99, 99]
+    assert batch.extras["prompt_index"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert batch.extras["prompt_lengths"].tolist() == [6, 6, 2, 2, 4, 4]
+    assert batch.extras["seed"] == 0
+    assert batch.policy_version.tolist() == [7] * 6
+    assert batch.batch_id == "b0" and batch.engine == "fast-fp32"
+    assert batch.source == ("native",) * 6
+    assert batch.sampling == SamplingSettings(top_k=10)
+
+
+def test_seeds_generators_and_global_rng(tiny_model, tokenizer):
+    engine = FastEngine(sharpen(tiny_model), tokenizer)
+    s = SamplingSettings(temperature=1.0)
+    state = torch.get_rng_state()
+    a, b, c = sample(engine, s, seed=11), sample(engine, s, seed=11), sample(engine, s, seed=12)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logp_behavior, b.logp_behavior)
+    assert not torch.equal(a.tokens, c.tokens)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    x1, x2 = sample(engine, s, seed=g1), sample(engine, s, seed=g2)
+    assert torch.equal(x1.tokens, x2.tokens) and x1.extras["seed"] == x2.extras["seed"]
+    assert sample(engine, s, seed=g1).extras["seed"] != x1.extras["seed"]
+    # seed=None uses and advances the global RNG exactly as HFEngine does
+    hf = HFEngine(engine.model, tokenizer)
+    torch.manual_seed(3)
+    y_hf, after_hf = sample(hf, s, seed=None), torch.get_rng_state()
+    torch.manual_seed(3)
+    y_fast, after_fast = sample(engine, s, seed=None), torch.get_rng_state()
+    assert y_fast.extras["seed"] is None
+    assert torch.equal(y_hf.tokens, y_fast.tokens) and torch.equal(after_hf, after_fast)
+
+
+def test_model_generation_config_and_mode_untouched(tiny_model, tokenizer):
+    model = sharpen(tiny_model)
+    model.generation_config.repetition_penalty = 3.0
+    model.generation_config.top_k = 5
+    model.train()
+    s = SamplingSettings(temperature=1.0)
+    batch = sample(FastEngine(model, tokenizer), s)
+    assert model.generation_config.repetition_penalty == 3.0 and model.training
+    lp = recompute(model.eval(), batch)
+    assert_close(batch.logp_behavior[batch.loss_mask], lp[batch.loss_mask], rtol=0, atol=1e-5)
+
+
+def test_greedy_matches_hf_greedy(tiny_model, tokenizer):
+    model = eos_prone(tiny_model, alpha=0.7)
+    state = torch.get_rng_state()
+    got = FastEngine(model, tokenizer).greedy(PROMPTS, max_new_tokens=6)
+    assert torch.equal(torch.get_rng_state(), state)  # no randomness consumed
+    assert got == HFEngine(model, tokenizer).greedy(PROMPTS, max_new_tokens=6)
+    assert any(r[-1] == EOS and len(r) < 6 for r in got) or all(len(r) == 6 for r in got)
+
+
+def test_decode_responses_skips_special_tokens(tiny_model, tokenizer):
+    engine = FastEngine(eos_prone(tiny_model), tokenizer)
+    batch = sample(engine, SamplingSettings(), seed=3, G=4, max_new_tokens=6)
+    texts = engine.decode_responses(batch)
+    assert len(texts) == batch.size
+    for i, text in enumerate(texts):
+        ids = batch.response_tokens[i][batch.loss_mask[i]].tolist()
+        assert text == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_bf16_engine_is_a_different_engine_and_follows_weight_updates(tiny_model, tokenizer):
+    model = sharpen(tiny_model)
+    s = SamplingSettings(temperature=1.0)
+    engine = FastEngine(model, tokenizer, dtype=torch.bfloat16)
+    batch = sample(engine, s)
+    assert engine.engine_name == batch.engine == "fast-bf16"
+    diff = (batch.logp_behavior - recompute(model, batch))[batch.loss_mask].abs()
+    assert 0 < diff.max() < 1.0  # bf16 numerics: a real, bounded mismatch
+    # an in-place update of the shared weights (as an optimizer step does) is picked up
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.5)  # tied with the embedding
+    after = sample(engine, s)
+    fresh = sample(FastEngine(model, tokenizer, dtype=torch.bfloat16), s)
+    assert torch.equal(after.tokens, fresh.tokens) and torch.equal(after.logp_behavior, fresh.logp_behavior)
+    assert not torch.equal(after.logp_behavior, batch.logp_behavior)
+
+
+def test_bad_inputs(tiny_model, tokenizer):
+    engine = FastEngine(tiny_model, tokenizer)
+    s = SamplingSettings()
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate([[1], []], group_size=2, sampling=s, max_new_tokens=2, policy_version=0, batch_id="x")
+    with pytest.raises(ValueError, match="`prompts` is empty"):
+        engine.generate([], group_size=2, sampling=s, max_new_tokens=2, policy_version=0, batch_id="x")
+    with pytest.raises(ShapeError, match="group_ids"):
+        engine.generate([[1]], group_size=2, sampling=s, max_new_tokens=2, policy_version=0, batch_id="x",
+                        group_ids=[1, 2])
+    with pytest.raises(ValueError, match="group_size"):
+        engine.generate([[1]], group_size=0, sampling=s, max_new_tokens=2, policy_version=0, batch_id="x")
+    with pytest.raises(TypeError, match="SamplingSettings"):
+        engine.generate([[1]], group_size=1, sampling=dict(temperature=1.0), max_new_tokens=2,
+                        policy_version=0, batch_id="x")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.greedy([[1]], max_new_tokens=0)
+    with pytest.raises(ValueError, match="`dtype` must be"):
+        FastEngine(tiny_model, tokenizer, dtype=torch.float16)
+
+
+def test_unsupported_architecture_is_refused(tokenizer):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2))
+    with pytest.raises(ValueError, match="FastEngine runs llama decoders.*Use HFEngine"):
+        FastEngine(gpt2, tokenizer)
