@@ -18,3 +18,17 @@ def test_readme_names_the_two_commands():
     text = (ROOT / "README.md").read_text()
     assert "make quickstart" in text and "make test" in text
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_python_api_example_runs():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"## Python API\n\n```python\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    # the comment in the snippet states the hand-worked values: check them
+    import torch
+
+    torch.testing.assert_close(namespace["advantages"].grpo(namespace["rewards"], namespace["group"], std="unbiased"),
+                               torch.tensor([1.5, -0.5, -0.5, -0.5]))
