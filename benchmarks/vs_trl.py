@@ -44,6 +44,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve()
+SIDES = ("trl", "policylab", "policylab+prefix")
 
 
 # ------------------------------------------------------------------------ shared setup
@@ -93,24 +94,33 @@ def _encode(tokenizer, prompt: str) -> list[int]:
 def worker_policylab(a) -> dict:
     import torch
 
-    from policylab.config import ConfigError, load_config
+    from policylab.config import ConfigError, config_from_dict
     from policylab.trainer import Trainer
 
-    sets = [
-        "method=grpo", f"model={a.model}", f"seed={a.seed}", "method_params.kl_coef=0",
-        "task.name=arithmetic", "task.ops=['+', '*']", "task.digits=1",
-        f"rollout.prompts_per_step={a.prompts}", f"rollout.group_size={a.group}",
-        f"rollout.max_new_tokens={a.max_new_tokens}", "rollout.temperature=1.0",
-        f"train.steps={a.steps}", f"train.lr={a.lr}", f"train.micro_batch_size={a.micro_batch}",
-        f"train.dtype={a.train_dtype}", "train.grad_clip=1.0",
-        "eval.before=false", "eval.after=false", "log.tensorboard=false", "log.progress=false",
-        f"run_dir={tempfile.mkdtemp(prefix='vs_trl_policylab_')}", f"rollout.engine={a.engine}",
-        f"rollout.engine_dtype={a.engine_dtype}",
-    ]
+    patched = None
+    if a.worker == "policylab+prefix":
+        # PROPOSED change, not in the library yet (benchmarks/prefix_share.py): the training
+        # forward computes each distinct prompt once per micro-batch
+        import policylab.update as update
+        from prefix_share import model_logprobs_shared_prefix
+
+        update.model_logprobs = model_logprobs_shared_prefix
+        patched = "policylab.update.model_logprobs -> prefix_share.model_logprobs_shared_prefix (proposed)"
+
+    cfg = {
+        "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
+        "task": {"name": "arithmetic", "ops": ["+", "*"], "digits": 1},
+        "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
+                    "temperature": 1.0, "engine": a.engine, "engine_dtype": a.engine_dtype},
+        "train": {"steps": a.steps, "lr": a.lr, "micro_batch_size": a.micro_batch, "dtype": a.train_dtype,
+                  "grad_clip": 1.0},
+        "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
+        "run_dir": tempfile.mkdtemp(prefix="vs_trl_policylab_"),
+    }
     t0 = time.perf_counter()
     engine_wiring = "config"
     try:
-        trainer = Trainer(load_config(None, sets))
+        trainer = Trainer(config_from_dict(cfg))
     except ConfigError as exc:
         if a.engine == "hf":
             raise
@@ -119,7 +129,8 @@ def worker_policylab(a) -> dict:
         from policylab.engines.fast import FastEngine
 
         engine_wiring = f"swapped after construction ({exc})"
-        trainer = Trainer(load_config(None, [s for s in sets if not s.startswith("rollout.engine")]))
+        cfg["rollout"].pop("engine")
+        trainer = Trainer(config_from_dict(cfg))
         dtype = torch.bfloat16 if a.engine_dtype == "bf16" else torch.float32
         trainer.engine = FastEngine(trainer.model, trainer.tokenizer, dtype=dtype)
     setup_s = time.perf_counter() - t0
@@ -132,11 +143,11 @@ def worker_policylab(a) -> dict:
             "reward": m.get("reward/mean"), "completion_len": m.get("response/length_mean"),
             "completions": m.get("rollout/sequences", 0),
         })
-        print(f"[policylab] step {len(steps)}: {m['time/step_s']:.1f}s (generate {m['time/generate_s']:.1f}s, "
+        print(f"[{a.worker}] step {len(steps)}: {m['time/step_s']:.1f}s (generate {m['time/generate_s']:.1f}s, "
               f"train {m.get('time/train_s', 0):.1f}s) reward {m.get('reward/mean', float('nan')):.3f} "
               f"len {m.get('response/length_mean', float('nan')):.1f}", flush=True)
     train_wall = time.perf_counter() - t_train
-    out = {"side": "policylab", "engine": trainer.engine.engine_name, "engine_wiring": engine_wiring,
+    out = {"side": a.worker, "engine": trainer.engine.engine_name, "engine_wiring": engine_wiring, "patched": patched,
            "setup_s": setup_s, "train_wall_s": train_wall, "steps": steps, "peak_rss_mb": peak_rss_mb(),
            "threads": torch.get_num_threads()}
     if a.eval_n:
@@ -240,6 +251,7 @@ def summarize(res: dict) -> dict:
     total = sum(s["step_s"] for s in steps)
     return {"completions": n, "total_step_s": total, "completions_per_s": n / total if total else 0.0,
             "mean_step_s": total / max(len(steps), 1), "last_reward": steps[-1]["reward"] if steps else None,
+            "mean_len": sum((s["completion_len"] or 0.0) for s in steps) / max(len(steps), 1),
             "mean_reward": (sum(s["reward"] for s in steps if s["reward"] is not None) / len(steps)) if steps else None}
 
 
@@ -257,8 +269,8 @@ def machine() -> str:
 
 
 def to_markdown(report: dict) -> str:
-    p, t = report["policylab"], report["trl"]
-    ps, ts = p["summary"], t["summary"] if t else None
+    sides = [s for s in SIDES if report["sides"].get(s)]
+    R = report["sides"]
     lines = [
         "# policylab vs TRL GRPOTrainer: same work, side by side",
         "",
@@ -267,36 +279,41 @@ def to_markdown(report: dict) -> str:
         f"trl {report.get('trl_version')}  ",
         f"Configuration: {report['config']}",
         "",
-        "| | policylab | TRL |",
-        "|---|---:|---:|",
+        "| | " + " | ".join(sides) + " |",
+        "|---|" + "---:|" * len(sides),
     ]
 
-    def row(name, fp, ft):
-        lines.append(f"| {name} | {fp} | {ft} |")
+    def row(name, fn):
+        lines.append(f"| {name} | " + " | ".join(fn(R[s]) for s in sides) + " |")
 
-    row("engine", p["engine"], t["engine"] if t else "-")
-    row("per-step time (s)", ", ".join(f"{s['step_s']:.1f}" for s in p["steps"]),
-        ", ".join(f"{s['step_s']:.1f}" for s in t["steps"]) if t else "-")
-    row("mean step (s)", f"{ps['mean_step_s']:.1f}", f"{ts['mean_step_s']:.1f}" if t else "-")
-    row("completions/s", f"{ps['completions_per_s']:.2f}", f"{ts['completions_per_s']:.2f}" if t else "-")
-    row("reward per step", ", ".join(f"{s['reward']:.3f}" for s in p["steps"]),
-        ", ".join(f"{s['reward']:.3f}" for s in t["steps"] if s["reward"] is not None) if t else "-")
-    row("reward after the last step", f"{ps['last_reward']:.3f}", f"{ts['last_reward']:.3f}" if t else "-")
-    row("peak RSS (MB)", f"{p['peak_rss_mb']:.0f}", f"{t['peak_rss_mb']:.0f}" if t else "-")
-    row("setup (load model etc., s, untimed)", f"{p['setup_s']:.1f}", f"{t['setup_s']:.1f}" if t else "-")
-    row("load average before / after", f"{p['load_before']} / {p['load_after']}",
-        f"{t['load_before']} / {t['load_after']}" if t else "-")
-    if "heldout" in p:
-        hp, ht = p["heldout"], (t or {}).get("heldout")
-        row(f"held-out sampled accuracy after training (n={hp['n_prompts']})",
-            f"{hp['accuracy']:.3f} ± {hp['accuracy_stderr']:.3f}",
-            f"{ht['accuracy']:.3f} ± {ht['accuracy_stderr']:.3f}" if ht else "-")
-    if report.get("policylab_generate_s"):
-        lines += ["", f"policylab time split (sum over steps): generate {report['policylab_generate_s']:.1f} s, "
-                      f"train {report['policylab_train_s']:.1f} s."]
-    if t:
-        lines += ["", f"Same prompts in the same order on both sides: {report['same_prompts']}.",
-                  "", f"**ratio_vs_trl = {report['ratio_vs_trl']:.2f}** (policylab completions/s / TRL completions/s)"]
+    row("engine", lambda r: r["engine"])
+    row("per-step time (s)", lambda r: ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
+    row("mean step (s)", lambda r: f"{r['summary']['mean_step_s']:.1f}")
+    row("completions/s", lambda r: f"**{r['summary']['completions_per_s']:.2f}**")
+    row("ratio vs TRL (completions/s)", lambda r: f"{r.get('ratio_vs_trl', float('nan')):.2f}")
+    row("reward per step (training batch)",
+        lambda r: ", ".join(f"{x['reward']:.3f}" for x in r["steps"] if x["reward"] is not None))
+    row("reward after the last step", lambda r: f"{r['summary']['last_reward']:.3f}")
+    row("mean reward over the steps", lambda r: f"{r['summary']['mean_reward']:.3f}")
+    row("mean completion length", lambda r: f"{r['summary']['mean_len']:.1f}")
+    row("peak RSS (MB)", lambda r: f"{r['peak_rss_mb']:.0f}")
+    row("setup: load model etc. (s, untimed)", lambda r: f"{r['setup_s']:.1f}")
+    row("load average before / after", lambda r: f"{r['load_before']} / {r['load_after']}")
+    if any("heldout" in R[s] for s in sides):
+        row("held-out sampled accuracy after training",
+            lambda r: (f"{r['heldout']['accuracy']:.3f} ± {r['heldout']['accuracy_stderr']:.3f} "
+                       f"(n={r['heldout']['n_prompts']})") if "heldout" in r else "-")
+    for s in sides:
+        if s.startswith("policylab"):
+            st = R[s]["steps"]
+            lines += ["", f"{s}: generate {sum(x['generate_s'] for x in st):.1f} s + train "
+                          f"{sum((x['train_s'] or 0.0) for x in st):.1f} s over {len(st)} steps"
+                          + (f"; {R[s]['patched']}" if R[s].get("patched") else "")
+                          + (f"; engine {R[s]['engine_wiring']}" if R[s].get("engine_wiring") != "config" else "")]
+    if "same_prompts" in report:
+        lines += ["", f"Same prompts in the same order on every side: {report['same_prompts']}."]
+    if "ratio_vs_trl" in report:
+        lines += ["", f"**ratio_vs_trl = {report['ratio_vs_trl']:.2f}** (policylab completions/s / TRL completions/s)"]
     return "\n".join(lines) + "\n"
 
 
@@ -317,7 +334,7 @@ def parse(argv=None):
     ap.add_argument("--eval-n", type=int, default=0)
     ap.add_argument("--sides", default="trl,policylab", help="comma list: which sides to run, in order")
     ap.add_argument("--out", default=str(RESULTS / "vs_trl"), help="results path without suffix ('' = none)")
-    ap.add_argument("--worker", choices=("trl", "policylab"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -326,6 +343,7 @@ def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse(argv)
     if a.worker:
+        sys.path.insert(0, str(HERE.parent))
         res = (worker_trl if a.worker == "trl" else worker_policylab)(a)
         Path(a.worker_out).write_text(json.dumps(res))
         return res
@@ -335,24 +353,25 @@ def main(argv=None) -> dict:
     import transformers
 
     # the workers get every argument except --out / --sides (and their values)
-    cleaned, skip = [], False
+    passthrough, skip = [], False
     for x in argv:
         if skip:
             skip = False
-            continue
-        if x in ("--out", "--sides"):
+        elif x in ("--out", "--sides"):
             skip = True
-            continue
-        if x.startswith(("--out=", "--sides=")):
-            continue
-        cleaned.append(x)
-    passthrough = cleaned
+        elif not x.startswith(("--out=", "--sides=")):
+            passthrough.append(x)
     sides = [s for s in a.sides.split(",") if s]
+    bad = [s for s in sides if s not in SIDES]
+    if bad:
+        raise SystemExit(f"unknown side(s) {bad}; choose from {SIDES}")
     have_trl = importlib.util.find_spec("trl") is not None
     if "trl" in sides and not have_trl:
         print("trl is not installed: skipping the TRL side (make bench installs trl==1.16.0)", flush=True)
         sides = [s for s in sides if s != "trl"]
     results = {s: run_worker(s, a, passthrough) for s in sides}
+    for r in results.values():
+        r["summary"] = summarize(r)
     report = {
         "command": "python benchmarks/vs_trl.py " + " ".join(argv),
         "machine": machine(), "torch": torch.__version__, "transformers": transformers.__version__,
@@ -360,34 +379,31 @@ def main(argv=None) -> dict:
         "config": (f"{a.prompts} prompts x {a.group} samples per step, <= {a.max_new_tokens} new tokens, "
                    f"temperature 1, lr {a.lr}, {a.steps} steps, micro-batch {a.micro_batch}, seed {a.seed}, "
                    f"fp32 weights, train dtype {a.train_dtype}, policylab engine {a.engine}-{a.engine_dtype}"
-                   + (", TRL gradient checkpointing ON" if a.trl_gradient_checkpointing else "")),
-        "policylab": results.get("policylab"), "trl": results.get("trl"),
+                   + (", TRL gradient checkpointing ON (its default)" if a.trl_gradient_checkpointing
+                      else ", TRL gradient checkpointing OFF")),
+        "sides": results,
     }
-    for s in ("policylab", "trl"):
-        if report[s]:
-            report[s]["summary"] = summarize(report[s])
-    p = report["policylab"]
-    if p:
-        report["policylab_generate_s"] = sum(s["generate_s"] for s in p["steps"])
-        report["policylab_train_s"] = sum((s["train_s"] or 0.0) for s in p["steps"])
-    for s in ("trl", "policylab"):
-        r = report[s]
-        if not r:
-            continue
+    trl = results.get("trl")
+    if trl:
+        want = [e.prompt for e in shared_prompts(a.prompts * a.steps, a.seed)]
+        report["same_prompts"] = trl["prompts_seen"] == want
+        for r in results.values():
+            r["ratio_vs_trl"] = r["summary"]["completions_per_s"] / trl["summary"]["completions_per_s"]
+        if "policylab" in results:
+            report["ratio_vs_trl"] = results["policylab"]["ratio_vs_trl"]
+    for s, r in results.items():
         sm = r["summary"]
-        print(f"{s:10s} per-step s: " + ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
-        print(f"{s:10s} completions/s {sm['completions_per_s']:.3f}   reward after last step {sm['last_reward']:.3f}"
+        print(f"{s:17s} per-step s: " + ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
+        print(f"{s:17s} completions/s {sm['completions_per_s']:.3f}   reward after last step {sm['last_reward']:.3f}"
               f"   mean reward {sm['mean_reward']:.3f}   peak RSS {r['peak_rss_mb']:.0f} MB"
               + (f"   held-out acc {r['heldout']['accuracy']:.3f}" if "heldout" in r else ""))
-    if report["trl"] and p:
-        want = [e.prompt for e in shared_prompts(a.prompts * a.steps, a.seed)]
-        report["same_prompts"] = report["trl"]["prompts_seen"] == want
-        report["ratio_vs_trl"] = p["summary"]["completions_per_s"] / report["trl"]["summary"]["completions_per_s"]
-    if a.out and p:
+    if a.out and results:
         out = Path(a.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(to_markdown(report))
+    if trl and "policylab+prefix" in results:
+        print(f"ratio_vs_trl_with_proposed_prefix_sharing={results['policylab+prefix']['ratio_vs_trl']:.3f}")
     if "ratio_vs_trl" in report:
         print(f"ratio_vs_trl={report['ratio_vs_trl']:.3f}")
     return report

@@ -175,7 +175,7 @@ class Trainer:
             b = self._sample(need, f"v{self.policy_version}-s{self.step}-r{rounds}")
             sampled += b.size
             info.update(self._last_info)
-            keep, finfo = keep_groups(self.recipe, b)
+            keep, _ = keep_groups(self.recipe, b)
             n_seen_groups += int(torch.unique(b.group).numel())
             kept = b.select(keep)
             kept_groups = torch.unique(kept.group)
@@ -189,6 +189,7 @@ class Trainer:
             rounds += 1
         info["filter/filtered_fraction"] = 1.0 - n_kept_groups / max(n_seen_groups, 1)
         info["filter/refill_rounds"] = rounds - 1
+        info["filter/missing_groups"] = need  # > 0: the refill budget ran out, a smaller batch trains
         info["rollout/sampled_sequences"] = sampled
         if not parts:
             return None, info
