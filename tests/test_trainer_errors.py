@@ -5,7 +5,7 @@ import torch
 
 from policylab.checkpoint import latest_checkpoint, save_checkpoint
 from policylab.errors import NonFiniteError
-from policylab.rollout import RewardError
+from policylab.rewards import RewardFnError
 from policylab.trainer import Trainer
 
 from trainer_utils import tiny_config
@@ -13,7 +13,7 @@ from trainer_utils import tiny_config
 
 def test_reward_function_that_raises_names_function_and_sample(tiny_model_dir, tmp_path):
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", task={"reward": "trainer_utils:raising_reward"}))
-    with pytest.raises(RewardError, match=r"`raising_reward` raised on sample \d+"):
+    with pytest.raises(RewardFnError, match=r"'raising_reward' raised on sample \d+ \(prompt 'What is"):
         for _ in range(5):  # a response of odd length appears quickly
             tr.train_step()
 
@@ -53,3 +53,18 @@ def test_group_size_too_small_for_rloo(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="`rloo` needs rollout.group_size >= 2"):
         Trainer(tiny_config(tiny_model_dir, tmp_path / "r", method="rloo", method_params={},
                             rollout={"group_size": 1}))
+
+
+def test_extra_reward_terms_shape_the_reward_but_not_the_outcome(tiny_model_dir, tmp_path):
+    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r",
+                             task={"extra_rewards": ["trainer_utils:short_bonus=0.5"]}))
+    batch, info = tr.collect()
+    assert "reward/trainer_utils:short_bonus" in info
+    # outcome stays the raw verifier value (0/1); the shaped reward adds 0.5 x bonus
+    assert set(batch.outcome["correct"].tolist()) <= {0.0, 1.0}
+    assert not torch.equal(batch.rewards, batch.outcome["correct"])
+
+
+def test_bad_extra_reward_spec(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="module:function=weight"):
+        Trainer(tiny_config(tiny_model_dir, tmp_path / "r", task={"extra_rewards": ["trainer_utils:short_bonus"]}))

@@ -24,18 +24,23 @@ def tiny_config(model_dir, run_dir, **sections):
     return config_from_dict(base)
 
 
-def parity_reward(responses, answers):
+def parity_reward(responses, answers, **context):
     """A toy verifier with mixed outcomes on a random model: 1 if the response has an even
     number of characters. Lets filters and group statistics see both outcomes."""
     return [float(len(r) % 2 == 0) for r in responses]
 
 
-def raising_reward(responses, answers):
+def raising_reward(responses, answers, **context):
     for r in responses:
         if len(r) % 2:
             raise RuntimeError("boom")
     return [0.0] * len(responses)
 
 
-def nan_reward(responses, answers):
+def nan_reward(responses, answers, **context):
     return [float("nan")] + [0.0] * (len(responses) - 1)
+
+
+def short_bonus(responses, answers, **context):
+    """A shaping term that does not apply to empty responses (None = not applicable)."""
+    return [None if not r else 1.0 / (1 + len(r)) for r in responses]

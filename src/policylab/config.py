@@ -29,8 +29,8 @@ class TaskConfig:
     digits: int = 1  # arithmetic: digits per operand
     path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
     heldout_path: str = ""  # jsonl: held-out file (default: the last `eval.n` lines are not split off)
-    reward: str = "exact_numeric"  # exact_numeric | math_verify
-    unlabeled: bool = False  # TTRL: rewards from majority vote; gold is read only by the evaluator
+    reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | module:function
+    extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .batch import RolloutBatch, SamplingSettings, concat_batches
-from .errors import NonFiniteError, PolicylabError
+from .errors import NonFiniteError
 from .methods.registry import Recipe
 
 
@@ -27,21 +27,29 @@ class Scored:
     info: dict = field(default_factory=dict)
 
 
-class RewardError(PolicylabError):
-    """A reward function raised or returned a non-finite value."""
-
-
 def score(recipe: Recipe, texts: list[str], answers: list[str], group: torch.Tensor, lengths: torch.Tensor,
-          reward_fn, *, overlong: tuple[int, int] | None) -> Scored:
-    """Rewards for decoded responses. `reward_fn(texts, answers) -> list[float]` is the
-    task's verifier; with `reward_source == "majority_vote"` (TTRL) gold answers are read
-    only to report `gold_correct`, never to build the reward."""
-    gold = _call_reward(reward_fn, texts, answers)
-    info: dict = {}
-    if recipe.reward_source == "majority_vote":
-        from .rewards import ttrl_rewards
+          reward_fn, *, extra: tuple = (), prompts: list[str] | None = None,
+          overlong: tuple[int, int] | None = None) -> Scored:
+    """Rewards for decoded responses.
 
-        from .rewards import pseudo_label_agreement
+    `reward_fn(texts, answers, **context) -> list[float]` is the task's verifier: its raw
+    value is the outcome (`correct`) that filters and accuracy read. `extra` holds
+    (name, fn, weight) shaping terms; the shaped reward is `combine_rewards` over the
+    verifier (weight 1) and the extras (None = not applicable to that sample). With
+    `reward_source == "majority_vote"` (TTRL) the gold answers are read only to report
+    `gold_correct`, never to build the reward. A function that raises, or returns NaN/inf,
+    stops the step with an error naming the function and the sample."""
+    from .rewards import combine_rewards
+
+    name = getattr(reward_fn, "__name__", "verifier")
+    total, per_fn = combine_rewards([(name, reward_fn, 1.0), *extra], texts, answers, prompts=prompts)
+    gold = per_fn[name].float()
+    if bool(torch.isnan(gold).any()):
+        i = int(torch.isnan(gold).nonzero()[0])
+        raise NonFiniteError(f"the verifier `{name}` returned None for sample {i}: a verifier must score every response")
+    info: dict = {f"reward/{k}": float(torch.nanmean(v)) for k, v in per_fn.items()} if extra else {}
+    if recipe.reward_source == "majority_vote":
+        from .rewards import pseudo_label_agreement, ttrl_rewards
 
         rewards, eligible, tinfo = ttrl_rewards(texts, group)
         eligible = torch.as_tensor(eligible, dtype=torch.bool)
@@ -56,7 +64,7 @@ def score(recipe: Recipe, texts: list[str], answers: list[str], group: torch.Ten
         rewards = torch.where(eligible, rewards, torch.zeros_like(rewards))
         outcome = {"correct": rewards.clone(), "eligible": eligible}
     else:
-        rewards = gold.clone()
+        rewards = total.float()
         outcome = {"correct": gold.clone()}
     if overlong is not None:
         from .rewards import overlong_penalty
@@ -65,32 +73,6 @@ def score(recipe: Recipe, texts: list[str], answers: list[str], group: torch.Ten
         rewards = rewards + pen
         info["reward/overlong_penalty_mean"] = float(pen.mean())
     return Scored(rewards=rewards, outcome=outcome, gold_correct=gold, info=info)
-
-
-def _call_reward(reward_fn, texts: list[str], answers: list[str]) -> torch.Tensor:
-    name = getattr(reward_fn, "__name__", repr(reward_fn))
-    try:
-        values = reward_fn(texts, answers)
-    except Exception as exc:  # name the function and, when we can find it, the sample
-        for i, (t, a) in enumerate(zip(texts, answers)):
-            try:
-                reward_fn([t], [a])
-            except Exception:
-                raise RewardError(
-                    f"reward function `{name}` raised on sample {i} (answer {a!r}, response {t[:80]!r}): {exc!r}"
-                ) from exc
-        raise RewardError(f"reward function `{name}` raised: {exc!r}") from exc
-    r = torch.as_tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float32)
-    if r.shape[0] != len(texts):
-        raise RewardError(f"reward function `{name}` returned {r.shape[0]} values for {len(texts)} responses")
-    bad = ~torch.isfinite(r)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        raise NonFiniteError(
-            f"reward function `{name}` returned {values[i]!r} for sample {i} (response {texts[i][:80]!r}); "
-            "rewards must be finite numbers (None means 'not applicable' only for combined rewards)"
-        )
-    return r
 
 
 def attach(batch: RolloutBatch, scored: Scored, greedy_rewards: torch.Tensor | None = None) -> RolloutBatch:

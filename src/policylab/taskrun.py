@@ -87,3 +87,18 @@ def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
 
     return TaskSource(next_train, heldout, reward, lambda: dict(state),
                       lambda s: state.update(position=int(s["position"])), f"jsonl {cfg.path} ({len(train)} train)")
+
+
+def extra_rewards(specs) -> tuple:
+    """(name, fn, weight) triples from "module:function=weight" strings."""
+    out = []
+    for spec in specs:
+        if "=" not in spec:
+            raise ConfigError(f"task.extra_rewards entry {spec!r} must look like module:function=weight")
+        name, _, w = spec.rpartition("=")
+        try:
+            weight = float(w)
+        except ValueError:
+            raise ConfigError(f"task.extra_rewards entry {spec!r}: weight {w!r} is not a number") from None
+        out.append((name, _reward_fn(name), weight))
+    return tuple(out)

@@ -53,7 +53,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, *, console=None):
         from .models import load_policy
-        from .taskrun import build_task
+        from .taskrun import build_task, extra_rewards
 
         self.cfg = cfg
         self.console = console
@@ -85,6 +85,7 @@ class Trainer:
             self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.train.critic_lr)
         self.engine = _build_engine(self.model, self.tokenizer, cfg.rollout)
         self.task = build_task(cfg.task, seed=cfg.seed)
+        self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas), weight_decay=cfg.train.weight_decay)
         self.total_opt_steps = cfg.train.steps * cfg.train.epochs * cfg.train.minibatches
@@ -149,7 +150,9 @@ class Trainer:
             mx = self.recipe.params.get("overlong_max") or r.max_new_tokens
             cache = self.recipe.params.get("overlong_cache") or max(1, mx // 4)
             overlong = (int(mx), int(cache))
-        scored = score(self.recipe, texts, answers, batch.group, batch.response_lengths, self.task.reward_fn, overlong=overlong)
+        scored = score(self.recipe, texts, answers, batch.group, batch.response_lengths, self.task.reward_fn,
+                       extra=self.extra_rewards, prompts=[e.prompt for e in examples for _ in range(r.group_size)],
+                       overlong=overlong)
         greedy = None
         if self.recipe.greedy_baseline:
             g_ids = self.engine.greedy(prompts, max_new_tokens=r.max_new_tokens)

@@ -261,3 +261,43 @@ def test_unsupported_architecture_is_refused(tokenizer):
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2))
     with pytest.raises(ValueError, match="FastEngine runs llama decoders.*Use HFEngine"):
         FastEngine(gpt2, tokenizer)
+
+
+def test_cdf_sampler_draws_from_the_kept_distribution():
+    """The default sampler's frequencies match softmax(z) (within 5 binomial standard
+    errors over 200k draws), and a token outside the kept set (-inf) is never drawn."""
+    from policylab.engines.fast import _draw_cdf
+
+    z = torch.tensor([[0.0, 1.0, -1.0, float("-inf"), 2.0, -3.0]]).repeat(200_000, 1)
+    live = torch.ones(z.shape[0], dtype=torch.bool)
+    live[::10] = False  # finished rows are skipped (token 0, no draw)
+    gen_state = torch.get_rng_state()
+    torch.manual_seed(0)
+    tok = _draw_cdf(z, live)
+    torch.set_rng_state(gen_state)
+    assert bool((tok[~live] == 0).all())
+    counts = torch.bincount(tok[live], minlength=6).double()
+    n = counts.sum()
+    p = torch.softmax(z[0].double(), -1)
+    se = (p * (1 - p) / n).sqrt()
+    assert counts[3] == 0
+    assert bool(((counts / n - p).abs() <= 5 * se + 1e-12).all()), (counts / n, p)
+
+
+def test_lora_wrapped_model_in_fp32(tiny_model, tokenizer):
+    """Projections are called as modules: a PEFT LoRA model samples exactly like HFEngine
+    (adapters included); the bf16 weight copy refuses wrapped projections."""
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(sharpen(tiny_model), peft.LoraConfig(r=4, lora_alpha=16, target_modules="all-linear",
+                                                                      lora_dropout=0.0))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # a non-trivial adapter
+    s = SamplingSettings()
+    a = sample(HFEngine(model, tokenizer), s, seed=1)
+    b = sample(FastEngine(model, tokenizer, sampler="hf"), s, seed=1)
+    assert torch.equal(a.tokens, b.tokens)
+    assert_close(b.logp_behavior[b.loss_mask], recompute(model, b)[b.loss_mask], rtol=0, atol=2e-5)
+    with pytest.raises(ValueError, match="needs plain torch.nn.Linear projections.*peft"):
+        FastEngine(model, tokenizer, dtype=torch.bfloat16)

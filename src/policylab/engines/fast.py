@@ -14,6 +14,9 @@ how the forward runs:
 * no per-step score tensors are kept: the log-prob of the drawn token (and the top-K
   envelope when asked) is taken at once, so memory is O(B x V) instead of O(T x B x V).
 
+The model's train/eval mode does not matter (the loop has no dropout) and is left as it
+is; `model.generation_config` is never read.
+
 The decoder is computed here, layer by layer, from the model's own modules (q/k/v/o and
 MLP projections are called as modules, so weight sharing with the trainer is free and
 wrapped linears such as LoRA work in fp32). It follows LlamaForCausalLM exactly: RMSNorm
@@ -221,11 +224,11 @@ class FastEngine(HFEngine):
             if bool(done.all()) or T == max_new_tokens:
                 break
             finished = int((~live).sum()) + int(done[r].sum())
+            col = P + t
             if finished and finished >= self.compact_min * rows.numel():
                 keep = (~done[rows]).nonzero().squeeze(1)
-                cache = cache.index_select(2, keep)
+                cache = net.compact(cache, keep, col)
                 rows, tok = rows[keep], tok[keep]
-            col = P + t
             key_ok[rows, col] = True
             hidden = net.step(tok, plen[rows] + t, col, cache, key_ok[rows, : col + 1])
             logits = net.logits(hidden)
@@ -281,8 +284,8 @@ class _Decoder:
                 for lin in _linears(layer):
                     if type(lin) is not torch.nn.Linear:
                         raise ValueError(
-                            f"FastEngine(dtype=bf16) needs plain nn.Linear projections, found "
-                            f"{type(lin).__name__} (e.g. LoRA): use dtype=torch.float32"
+                            f"FastEngine(dtype=bf16) needs plain torch.nn.Linear projections, found "
+                            f"{type(lin).__module__}.{type(lin).__name__} (e.g. LoRA): use dtype=torch.float32"
                         )
 
     # ---- weights ---------------------------------------------------------------------
@@ -318,7 +321,15 @@ class _Decoder:
 
     # ---- cache and rotary ---------------------------------------------------------------
     def new_cache(self, B: int, S: int, device) -> torch.Tensor:
-        return torch.zeros((2, len(self.layers), B, self.n_kv, S, self.head_dim), dtype=self.dtype, device=device)
+        """Uninitialized: every column a query reads has been written before (prompt columns,
+        padding included, by the prefill; column P+t by step t)."""
+        return torch.empty((2, len(self.layers), B, self.n_kv, S, self.head_dim), dtype=self.dtype, device=device)
+
+    def compact(self, cache: torch.Tensor, keep: torch.Tensor, filled: int) -> torch.Tensor:
+        """A cache holding only the rows `keep`; only the `filled` written columns are copied."""
+        new = torch.empty(cache.shape[:2] + (keep.numel(),) + cache.shape[3:], dtype=cache.dtype, device=cache.device)
+        new[..., :filled, :] = cache[:, :, keep, :, :filled]
+        return new
 
     def _rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [..., head_dim] for integer positions `pos` (LlamaRotaryEmbedding)."""

@@ -1,0 +1,69 @@
+"""Smoke tests of the benchmark scripts at tiny sizes (a random 2-layer Llama, a few
+hundred sequences): they run end to end, check their own answers, write their reports.
+The TRL half of benchmarks/vs_trl.py runs only when trl is installed (`make bench`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_kernels_benchmark_tiny(tmp_path):
+    kernels = _load("kernels")
+    rows = kernels.main(["--B", "256", "--T", "16", "--G", "16", "--reps", "1", "--out", str(tmp_path / "k")])
+    assert [r["kernel"] for r in rows] == ["grpo", "rloo", "tis", "icepop", "gmc", "ppo_clip", "gspo", "cispo"]
+    assert all(r["kernel_ms"] > 0 and r["naive_ms"] > 0 for r in rows)
+    md = (tmp_path / "k.md").read_text()
+    assert "| `ppo_clip` | objective |" in md and "4,096 tokens" in md
+    assert json.loads((tmp_path / "k.json").read_text())["meta"]["B"] == 256
+
+
+def test_kernels_benchmark_refuses_a_wrong_kernel(monkeypatch):
+    """The equality check before timing can fail: a naive loop with another formula."""
+    kernels = _load("kernels")
+    monkeypatch.setattr(kernels, "naive_rloo", lambda r, g: kernels.naive_grpo(r, g))
+    with pytest.raises(AssertionError, match="rloo: kernel != naive loop"):
+        kernels.run(64, 4, 8, reps=1)
+
+
+def _vs_trl_args(model_dir, out, sides):
+    return ["--model", str(model_dir), "--steps", "1", "--prompts", "2", "--group", "4", "--max-new-tokens", "4",
+            "--micro-batch", "4", "--sides", sides, "--out", str(out)]
+
+
+def test_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
+    vs_trl = _load("vs_trl")
+    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab"))
+    p = report["sides"]["policylab"]
+    assert p["engine"] == "fast-fp32" and len(p["steps"]) == 1 and p["steps"][0]["completions"] == 8
+    assert p["summary"]["completions_per_s"] > 0 and p["peak_rss_mb"] > 100
+    md = (tmp_path / "v.md").read_text()
+    assert "| completions/s |" in md and "| peak RSS (MB) |" in md
+
+
+@pytest.mark.slow  # ~20 s: TRL import and trainer set-up; runs with `make test-all` when trl is installed
+def test_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
+    pytest.importorskip("trl")
+    vs_trl = _load("vs_trl")
+    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "trl,policylab"))
+    assert report["same_prompts"] is True
+    assert report["sides"]["trl"]["steps"][0]["completions"] == 8
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"ratio_vs_trl={report['ratio_vs_trl']:.3f}"
