@@ -46,7 +46,7 @@ def run_one(method: str, rollout: dict, steps: int, seed: int) -> dict:
         cfg = config_from_dict({
             "method": method, "model": "embedded", "run_dir": d, "seed": seed,
             "method_params": {"kl_coef": 0.0} if method == "grpo" else {},
-            "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 16, **rollout},
+            "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 12, **rollout},
             "train": {"steps": steps, "lr": 1e-5, "micro_batch_size": 16},
             "log": {"tensorboard": False, "progress": False},
         })
@@ -104,7 +104,7 @@ def main() -> None:
     lines = [
         "# Off-policy corrections on SmolLM2-135M-Instruct (CPU)", "",
         f"Command: `.venv/bin/python benchmarks/offpolicy.py --steps {args.steps}` (seed {args.seed}); "
-        "4 prompts x 8 samples, 16 new tokens, lr 1e-5, single-digit + and x.", "",
+        "4 prompts x 8 samples, 12 new tokens, lr 1e-5, single-digit + and x.", "",
         "| run | reward step 1 | reward (last 3) | mean / max abs dlogp (pi_old vs mu) | staleness | correction diagnostics (run means) |",
         "|---|---|---|---|---|---|",
     ]
