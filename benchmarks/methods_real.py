@@ -79,7 +79,8 @@ def main() -> None:
         path.write_text(json.dumps(out, indent=2))
     lines = ["# Every method on SmolLM2-135M-Instruct: real optimizer steps (plumbing, not learning)", "",
              f"Command: `.venv/bin/python benchmarks/methods_real.py --steps {args.steps}`; 4 prompts x 4 samples, "
-             "12 new tokens, lr 1e-5, single-digit + and x, seed 0.", "",
+             "12 new tokens, lr 1e-5, single-digit + and x, seed 0. The `s` column is wall time on a machine "
+             "shared with other jobs: not a speed measurement (see benchmarks/vs_trl.py for that).", "",
              "| method | settings | optimizer steps | skipped | reward per step | policy loss | grad norm | finite | s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in sorted(out.items()):
