@@ -37,7 +37,7 @@ RUNS = {
     "stale2/off (grpo)": ("grpo", {"staleness": 2}),
     "stale2/gmc": ("gmc", {"staleness": 2}),
     "stale2/sis": ("sis", {"staleness": 2}),
-    "stale2+mismatch/missing_old_logits": ("missing_old_logits", {"staleness": 2, "engine_dtype": "bf16"}),
+    "stale2/missing_old_logits": ("missing_old_logits", {"staleness": 2}),
 }
 
 
