@@ -12,40 +12,31 @@ every optimizer step.
 from __future__ import annotations
 
 import copy
-import json
-import math
-import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-import yaml
 
 from . import methods
 from .batch import RolloutBatch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .config import ConfigError, RunConfig, config_from_dict
+from .config import ConfigError, RunConfig
 from .errors import PolicylabError
 from .logprobs import model_logprobs
 from .methods import stages
 from .rollout import attach, keep_groups, merge, sampling_from, score
-from .runlog import RunLog, write_plots
+from .trainer_support import (
+    _autocast,
+    _build_engine,
+    _lr_lambda,
+    _mean_dicts,
+    _rollout_metrics,
+    _seed_everything,
+    _wrap_lora,
+    load_run_config,  # noqa: F401  (re-exported: run.py and cli.py import it from here)
+    save_config,  # noqa: F401
+)
 from .update import optimizer_step
-
-
-def _lr_lambda(cfg, total_steps: int):
-    warm, decay = cfg.warmup_steps, cfg.decay
-
-    def f(step: int) -> float:
-        if warm and step < warm:
-            return (step + 1) / warm
-        if decay == "constant" or total_steps <= warm:
-            return 1.0
-        frac = min(1.0, (step - warm) / max(1, total_steps - warm))
-        return 1.0 - frac if decay == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
-
-    return f
 
 
 class Trainer:
@@ -111,7 +102,6 @@ class Trainer:
         self.prompt_counter = 0
         self.stale_queue: list[RolloutBatch] = []
         self.L_norm = self.recipe.params.get("L_norm") or cfg.rollout.max_new_tokens
-        self.log: RunLog | None = None
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:
@@ -397,83 +387,3 @@ class Trainer:
         return res
 
 
-def _autocast(dtype: str):
-    import contextlib
-
-    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _mean_dicts(rows: list[dict]) -> dict:
-    out: dict = {}
-    for k in {k for r in rows for k in r}:
-        vals = [r[k] for r in rows if k in r]
-        if k.endswith("/min"):
-            out[k] = min(vals)
-        elif k.endswith("/max"):
-            out[k] = max(vals)
-        elif k.startswith("skipped") or k == "tokens":
-            out[k] = sum(vals)
-        else:
-            out[k] = sum(vals) / len(vals)
-    out["optimizer_steps"] = len(rows)
-    return out
-
-
-def _rollout_metrics(batch: RolloutBatch, t_gen: float) -> dict:
-    from .advantages import group_stats
-
-    lengths = batch.response_lengths.float()
-    m = {
-        "reward/mean": float(batch.rewards.mean()),
-        "reward/std": float(batch.rewards.std(unbiased=False)),
-        "response/length_mean": float(lengths.mean()),
-        "response/length_max": float(lengths.max()),
-        "rollout/sequences": batch.size,
-        "rollout/tokens_per_s": float(lengths.sum()) / max(t_gen, 1e-9),
-        "rollout/completions_per_s": batch.size / max(t_gen, 1e-9),
-    }
-    if "gold_correct" in batch.extras:
-        m["accuracy"] = float(batch.extras["gold_correct"].float().mean())
-    if "truncated" in batch.extras:
-        m["response/truncated_frac"] = float(batch.extras["truncated"].float().mean())
-    gs = group_stats(batch.outcome["correct"].float(), batch.group)
-    for k, v in gs.items():
-        m[f"groups/{k}"] = float(v)
-    return m
-
-
-def _build_engine(model, tokenizer, rcfg):
-    from .engines.hf import HFEngine
-
-    if rcfg.engine != "hf":
-        raise ConfigError(f"rollout.engine {rcfg.engine!r} is not available on this machine; use 'hf'")
-    if rcfg.engine_dtype == "bf16":
-        return HFEngine(model, tokenizer, engine_name="hf-bf16", autocast_dtype=torch.bfloat16)
-    return HFEngine(model, tokenizer, engine_name="hf-fp32")
-
-
-def _wrap_lora(model, tcfg):
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as exc:
-        raise ImportError("train.lora_rank > 0 needs peft: pip install 'policylab[lora]'") from exc
-    lcfg = LoraConfig(r=tcfg.lora_rank, lora_alpha=tcfg.lora_alpha, target_modules="all-linear", lora_dropout=0.0)
-    return get_peft_model(model, lcfg)
-
-
-def save_config(cfg: RunConfig, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-
-
-def load_run_config(run_dir: Path) -> RunConfig:
-    p = Path(run_dir) / "config.yaml"
-    if not p.is_file():
-        raise ConfigError(f"{run_dir} has no config.yaml: is it a policylab run directory?")
-    return config_from_dict(yaml.safe_load(p.read_text()))
