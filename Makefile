@@ -48,3 +48,12 @@ quickstart: install
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info
+
+# Side-by-side speed benchmark against TRL (benchmark-only dependency, not a package
+# dependency). torch is passed again so pip keeps the pinned CPU build; the check after
+# the install fails loudly if anything changed it.
+TRL := trl==1.16.0
+bench: install
+	$(BIN)/pip install -q $(TRL) $(TORCH)
+	$(BIN)/python -c "import sys, torch; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$(TORCH)'.split('==')[1] else f'torch changed to {torch.__version__}')"
+	$(BIN)/python benchmarks/vs_trl.py

@@ -100,19 +100,21 @@ def worker_policylab(a) -> dict:
     patched = None
     if a.worker == "policylab+prefix":
         # PROPOSED change, not in the library yet (benchmarks/prefix_share.py): the training
-        # forward computes each distinct prompt once per micro-batch
-        import policylab.update as update
-        from prefix_share import model_logprobs_shared_prefix
+        # step computes each distinct prompt of the minibatch once (update.optimizer_step as
+        # in the tree with the diff of prefix_share.proposed_diff() applied)
+        import policylab.trainer as trainer_mod
+        from prefix_share import proposed_optimizer_step
 
-        update.model_logprobs = model_logprobs_shared_prefix
-        patched = "policylab.update.model_logprobs -> prefix_share.model_logprobs_shared_prefix (proposed)"
+        trainer_mod.optimizer_step = proposed_optimizer_step()
+        patched = "optimizer_step with the shared prefix of benchmarks/prefix_share.py (proposed, not merged)"
 
     cfg = {
         "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
         "task": {"name": "arithmetic", "ops": ["+", "*"], "digits": 1},
         "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
                     "temperature": 1.0, "engine": a.engine, "engine_dtype": a.engine_dtype},
-        "train": {"steps": a.steps, "lr": a.lr, "micro_batch_size": a.micro_batch, "dtype": a.train_dtype,
+        "train": {"steps": a.steps, "lr": a.lr, "dtype": a.train_dtype,
+                  "micro_batch_size": a.prefix_micro_batch if patched and a.prefix_micro_batch else a.micro_batch,
                   "grad_clip": 1.0},
         "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
         "run_dir": tempfile.mkdtemp(prefix="vs_trl_policylab_"),
@@ -148,6 +150,7 @@ def worker_policylab(a) -> dict:
               f"len {m.get('response/length_mean', float('nan')):.1f}", flush=True)
     train_wall = time.perf_counter() - t_train
     out = {"side": a.worker, "engine": trainer.engine.engine_name, "engine_wiring": engine_wiring, "patched": patched,
+           "micro_batch": trainer.cfg.train.micro_batch_size,
            "setup_s": setup_s, "train_wall_s": train_wall, "steps": steps, "peak_rss_mb": peak_rss_mb(),
            "threads": torch.get_num_threads()}
     if a.eval_n:
@@ -287,6 +290,7 @@ def to_markdown(report: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(fn(R[s]) for s in sides) + " |")
 
     row("engine", lambda r: r["engine"])
+    row("micro-batch", lambda r: str(r.get("micro_batch", report["micro_batch"])))
     row("per-step time (s)", lambda r: ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
     row("mean step (s)", lambda r: f"{r['summary']['mean_step_s']:.1f}")
     row("completions/s", lambda r: f"**{r['summary']['completions_per_s']:.2f}**")
@@ -327,6 +331,8 @@ def parse(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward, both sides")
+    ap.add_argument("--prefix-micro-batch", type=int, default=0,
+                    help="micro-batch of the policylab+prefix side (0 = --micro-batch); the loss does not depend on it")
     ap.add_argument("--engine", default="fast", choices=("fast", "hf"), help="policylab rollout engine")
     ap.add_argument("--engine-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--train-dtype", default="fp32", choices=("fp32", "bf16"))
@@ -381,7 +387,7 @@ def main(argv=None) -> dict:
                    f"fp32 weights, train dtype {a.train_dtype}, policylab engine {a.engine}-{a.engine_dtype}"
                    + (", TRL gradient checkpointing ON (its default)" if a.trl_gradient_checkpointing
                       else ", TRL gradient checkpointing OFF")),
-        "sides": results,
+        "sides": results, "micro_batch": a.micro_batch,
     }
     trl = results.get("trl")
     if trl:

@@ -251,8 +251,10 @@ def test_bad_inputs(tiny_model, tokenizer):
                         policy_version=0, batch_id="x")
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.greedy([[1]], max_new_tokens=0)
-    with pytest.raises(ValueError, match="`dtype` must be"):
+    with pytest.raises(ValueError, match="`dtype` must be None .* or torch.bfloat16"):
         FastEngine(tiny_model, tokenizer, dtype=torch.float16)
+    with pytest.raises(ValueError, match="`sampler` must be 'cdf' or 'hf'"):
+        FastEngine(tiny_model, tokenizer, sampler="multinomial")
 
 
 def test_unsupported_architecture_is_refused(tokenizer):
@@ -301,3 +303,16 @@ def test_lora_wrapped_model_in_fp32(tiny_model, tokenizer):
     assert_close(b.logp_behavior[b.loss_mask], recompute(model, b)[b.loss_mask], rtol=0, atol=2e-5)
     with pytest.raises(ValueError, match="needs plain torch.nn.Linear projections.*peft"):
         FastEngine(model, tokenizer, dtype=torch.bfloat16)
+
+
+def test_fp64_model_runs_in_fp64(tiny_model, tokenizer):
+    """train.dtype=fp64 loads the policy in fp64: the engine computes in the model's dtype
+    ("fast-fp64"); like HFEngine it records fp32 log-probs (the sampler works on fp32 scores)."""
+    model = sharpen(tiny_model).double()
+    s = SamplingSettings(temperature=0.8)
+    batch = sample(FastEngine(model, tokenizer, sampler="hf"), s)
+    assert batch.engine == "fast-fp64" and batch.logp_behavior.dtype == torch.float32
+    assert torch.equal(batch.tokens, sample(HFEngine(model, tokenizer), s).tokens)
+    m = batch.loss_mask
+    # fp32 rounding of scores up to ~25 in magnitude: relative, not absolute, precision
+    assert_close(batch.logp_behavior[m].double(), recompute(model, batch)[m], rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Rollout engine with its own decode loop: the HFEngine contract, several times faster.
+"""Rollout engine with its own decode loop: the HFEngine contract, less time per token.
 
 `FastEngine` has exactly the interface and the semantics of `policylab.engines.hf.HFEngine`
 (same `generate` / `greedy` / `decode_responses`, same RolloutBatch layout, masks through
@@ -7,11 +7,12 @@ how the forward runs:
 
 * one prefill per distinct prompt (not per sample): the G copies of a prompt share its
   key/value cache rows, which are copied G times;
-* a preallocated key/value cache `[layers, rows, kv_heads, P + T, head_dim]` written in
-  place (HF's dynamic cache grows by concatenation and rebuilds a 4-D mask every step);
-* rows that have emitted their eos leave the batch: when enough of them are done the
-  cache is compacted and later steps run only on the rows still generating;
-* no per-step score tensors are kept: the log-prob of the drawn token (and the top-K
+* a preallocated key/value cache `[2, layers, rows, kv_heads, P + T, head_dim]` written
+  in place (HF's dynamic cache grows by concatenation and rebuilds a 4-D mask every step);
+* rows that have emitted their eos leave the batch: once a `compact_min` fraction of the
+  cache rows is done, the cache is compacted and later steps run only on the live rows;
+* the output head runs in vocabulary blocks (same dot products, better cache reuse), and
+  no per-step score tensors are kept: the log-prob of the drawn token (and the top-K
   envelope when asked) is taken at once, so memory is O(B x V) instead of O(T x B x V).
 
 The model's train/eval mode does not matter (the loop has no dropout) and is left as it
@@ -19,24 +20,29 @@ is; `model.generation_config` is never read.
 
 The decoder is computed here, layer by layer, from the model's own modules (q/k/v/o and
 MLP projections are called as modules, so weight sharing with the trainer is free and
-wrapped linears such as LoRA work in fp32). It follows LlamaForCausalLM exactly: RMSNorm
-in fp32, rotary embedding from the model's `inv_freq` and attention scaling, grouped
-query attention, SiLU-gated MLP, final norm, output head. Other architectures are
-refused at construction (use HFEngine for them).
+wrapped linears such as LoRA work). It follows LlamaForCausalLM exactly: RMSNorm with fp32
+statistics, rotary embedding from the model's `inv_freq` and attention scaling, grouped
+query attention, SiLU-gated MLP, final norm, output head. Other architectures are refused
+at construction (use HFEngine for them).
 
-Sampling, in fp32, is HF's: z = logits / temperature, then the top-k / top-p kept set
-(`policylab.logprobs.kept_set`, the transform `model_logprobs` scores with), then a draw
-from softmax(z); `logp_behavior = log_softmax(z)[token]`. The draw is torch.multinomial's
-own rule, token = argmax(p / E) with E ~ Exp(1) drawn for ALL B rows of the batch every
-step (rows already finished included, as HF's loop does): the engine consumes the RNG
-exactly as `HFEngine` does, so with the same seed it draws the same tokens wherever the
-two forwards round their probabilities the same way (tested on a tiny model; a
-different floating-point rounding can flip a near-tie, it cannot change the distribution).
+Sampling, in fp32, is HF's distribution: z = logits / temperature, then the top-k / top-p
+kept set (`policylab.logprobs.kept_set`, the transform `model_logprobs` scores with), then
+a draw from softmax(z); `logp_behavior = log_softmax(z)[token]`, recorded as sampled.
+Two ways to draw (`sampler`):
+
+* "cdf" (default): one uniform per running row, inverse CDF of softmax(z) (fp64 cumulative
+  sum; a token outside the kept set can never be drawn). Same distribution as HF, other
+  random numbers: the tokens differ from HFEngine's for the same seed.
+* "hf": torch.multinomial's own rule, token = argmax(p / E) with E ~ Exp(1) drawn for ALL B
+  rows every step (finished rows included, as HF's loop does). This consumes the RNG
+  exactly as HFEngine does, so the same seed gives the same tokens wherever the two
+  forwards round their probabilities alike (tested on a tiny model); drawing B x V
+  exponentials costs ~30 ms per step at B = 32 on the reference CPU.
 
 `dtype=torch.bfloat16` keeps a bf16 copy of the weights (refreshed when a parameter
 changed, detected with the tensors' in-place version counters) and runs the decoder in
 bf16: a DIFFERENT behavior engine ("fast-bf16"), whose log-probs differ from the fp32
-trainer's (measured in benchmarks/results); the trainer's corrections exist for it.
+trainer's (measured in benchmarks/results/utilization.md); the corrections exist for it.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from .hf import HFEngine, _sampling_rng
 __all__ = ["FastEngine"]
 
 _SUPPORTED = ("llama",)
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 _HEAD_BLOCK = 2048  # output-head rows per matmul (see _Decoder.logits)
 
 
@@ -63,7 +70,8 @@ class FastEngine(HFEngine):
     model        a LlamaForCausalLM (possibly PEFT-wrapped in fp32), shared with the trainer
     tokenizer    gives `pad_token_id` and the eos id(s), as for HFEngine
     engine_name  recorded in `RolloutBatch.engine`; default "fast-fp32" / "fast-bf16"
-    dtype        torch.float32 (the trainer's numerics) or torch.bfloat16 (bf16 weight copy)
+    dtype        None: the model's own dtype (fp32, or fp64), the trainer's numerics ("fast-fp32");
+                 torch.bfloat16: a bf16 copy of the weights, a different engine ("fast-bf16")
     eos_token_id id or ids that end a response; default the tokenizer's eos
     sampler      "cdf" (default): one uniform per running row, inverse CDF of softmax(z);
                  "hf": torch.multinomial's draw over all B rows, the same tokens as HFEngine
@@ -77,23 +85,28 @@ class FastEngine(HFEngine):
         tokenizer,
         *,
         engine_name: str | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         sampler: str = "cdf",
         compact_min: float = 0.125,
     ):
-        if dtype not in (torch.float32, torch.bfloat16):
-            raise ValueError(f"`dtype` must be torch.float32 or torch.bfloat16, got {dtype}")
+        own = next(model.parameters()).dtype
+        if dtype not in (None, own, torch.bfloat16):
+            raise ValueError(
+                f"`dtype` must be None (the model's own dtype, {own}) or torch.bfloat16 (a bf16 weight "
+                f"copy), got {dtype}"
+            )
+        copy = dtype == torch.bfloat16 and own != torch.bfloat16
         if sampler not in ("cdf", "hf"):
             raise ValueError(f"`sampler` must be 'cdf' or 'hf', got {sampler!r}")
         if not 0.0 < compact_min <= 1.0:
             raise ValueError(f"`compact_min` must be in (0, 1], got {compact_min}")
-        name = engine_name or ("fast-bf16" if dtype == torch.bfloat16 else "fast-fp32")
+        name = engine_name or "fast-" + _DTYPE_NAMES.get(torch.bfloat16 if copy else own, str(own))
         super().__init__(model, tokenizer, engine_name=name, eos_token_id=eos_token_id)
-        self.dtype = dtype
+        self.dtype = torch.bfloat16 if copy else own
         self.sampler = sampler
         self.compact_min = compact_min
-        self._net = _Decoder(model, dtype)  # refuses unsupported architectures now
+        self._net = _Decoder(model, copy)  # refuses unsupported architectures now
 
     # ------------------------------------------------------------------------------
     def generate(
@@ -256,7 +269,7 @@ class _Decoder:
     over a preallocated cache tensor [2, layers, rows, kv_heads, S, head_dim]
     (keys then values; one index_select on dim 2 compacts every layer's rows)."""
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
+    def __init__(self, model: torch.nn.Module, copy: bool):
         cfg = getattr(model, "config", None)
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -269,7 +282,7 @@ class _Decoder:
         rope = cfg.rope_parameters if hasattr(cfg, "rope_parameters") else {}
         if (rope or {}).get("rope_type", "default") == "dynamic":
             raise ValueError("FastEngine does not implement dynamic RoPE scaling; use HFEngine")
-        self.model, self.decoder, self.head, self.dtype = model, decoder, head, dtype
+        self.model, self.decoder, self.head, self.copy = model, decoder, head, copy
         self.layers = list(decoder.layers)
         a0 = self.layers[0].self_attn
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -279,19 +292,19 @@ class _Decoder:
         self.rope_scale = float(decoder.rotary_emb.attention_scaling)
         self._versions: list[int] | None = None
         self._w: dict | None = None
-        if dtype == torch.bfloat16:
+        if copy:
             for layer in self.layers:
                 for lin in _linears(layer):
                     if type(lin) is not torch.nn.Linear:
                         raise ValueError(
                             f"FastEngine(dtype=bf16) needs plain torch.nn.Linear projections, found "
-                            f"{type(lin).__module__}.{type(lin).__name__} (e.g. LoRA): use dtype=torch.float32"
+                            f"{type(lin).__module__}.{type(lin).__name__} (e.g. LoRA): use the model's own dtype"
                         )
 
     # ---- weights ---------------------------------------------------------------------
     def refresh(self) -> None:
-        """bf16: (re)build the weight copy if any parameter changed since the last one."""
-        if self.dtype == torch.float32:
+        """bf16 copy: (re)build it if any parameter changed since the last one."""
+        if not self.copy:
             return
         params = list(self.model.parameters())
         versions = [p._version for p in params]
@@ -308,7 +321,7 @@ class _Decoder:
         self._w, self._versions, self._ids = w, versions, [id(p) for p in params]
 
     def _lin(self, i: int, layer, name: str, x: torch.Tensor) -> torch.Tensor:
-        if self._w is None or self.dtype == torch.float32:
+        if not self.copy:
             return getattr(layer.self_attn if name in ("q", "k", "v", "o") else layer.mlp, _ATTR[name])(x)
         w, b = self._w["layers"][i][name]
         return F.linear(x, w, b)
@@ -319,11 +332,16 @@ class _Decoder:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
         return (module.weight if weight is None else weight) * h.to(x.dtype)
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.copy else self.decoder.embed_tokens.weight.dtype
+
     # ---- cache and rotary ---------------------------------------------------------------
     def new_cache(self, B: int, S: int, device) -> torch.Tensor:
         """Uninitialized: every column a query reads has been written before (prompt columns,
         padding included, by the prefill; column P+t by step t)."""
-        return torch.empty((2, len(self.layers), B, self.n_kv, S, self.head_dim), dtype=self.dtype, device=device)
+        return torch.empty((2, len(self.layers), B, self.n_kv, S, self.head_dim), dtype=self.compute_dtype,
+                           device=device)
 
     def compact(self, cache: torch.Tensor, keep: torch.Tensor, filled: int) -> torch.Tensor:
         """A cache holding only the rows `keep`; only the `filled` written columns are copied."""
@@ -339,14 +357,14 @@ class _Decoder:
 
     # ---- forward pieces -----------------------------------------------------------------
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        if self._w is not None and self.dtype != torch.float32:
+        if self.copy:
             return F.embedding(ids, self._w["embed"])
         return self.decoder.embed_tokens(ids)
 
     def _layer(self, i, layer, x, cos, sin, cache, cols: slice, key_ok):
         """One decoder layer on x [R, Q, H]: writes its keys/values into cache columns
         `cols`, attends over columns [0, cols.stop) where key_ok [R, Q, S'] is True."""
-        w = self._w["layers"][i] if self._w is not None and self.dtype != torch.float32 else None
+        w = self._w["layers"][i] if self.copy else None
         R, Q, _ = x.shape
         nh, nkv, D = self.n_heads, self.n_kv, self.head_dim
         h = self._norm(layer.input_layernorm, x, None if w is None else w["ln1"])
@@ -367,7 +385,7 @@ class _Decoder:
         return x + self._lin(i, layer, "down", F.silu(self._lin(i, layer, "gate", h)) * self._lin(i, layer, "up", h))
 
     def _final(self, x: torch.Tensor) -> torch.Tensor:
-        w = self._w["norm"] if self._w is not None and self.dtype != torch.float32 else None
+        w = self._w["norm"] if self.copy else None
         return self._norm(self.decoder.norm, x, w)
 
     def prefill(self, ids, pmask, cache, G: int) -> torch.Tensor:
@@ -375,7 +393,7 @@ class _Decoder:
         prompt; return the final hidden state at the last prompt position [N, H]."""
         N, P = ids.shape
         pos = (pmask.long().cumsum(-1) - 1).masked_fill(~pmask, 1)
-        cos, sin = self._rope(pos, self.dtype)
+        cos, sin = self._rope(pos, self.compute_dtype)
         causal = torch.ones((P, P), dtype=torch.bool, device=ids.device).tril()
         # a padding query sees only itself: finite garbage (never read), no all-masked row
         key_ok = (causal & pmask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=ids.device)
@@ -389,7 +407,7 @@ class _Decoder:
     def step(self, tok, pos, col: int, cache, key_ok) -> torch.Tensor:
         """One decode step for the cache rows: tok [R], positions [R], cache column `col`,
         key_ok [R, col+1]. Returns the final hidden state [R, H]."""
-        cos, sin = self._rope(pos[:, None], self.dtype)
+        cos, sin = self._rope(pos[:, None], self.compute_dtype)
         x = self._embed(tok[:, None])
         ok = key_ok[:, None, :]
         for i, layer in enumerate(self.layers):
@@ -400,7 +418,7 @@ class _Decoder:
         """[R, V] fp32. The vocabulary is split into blocks of `_HEAD_BLOCK` rows of the
         output matrix: each logit is the same dot product (bit-identical to one call), but
         a block's weights stay in cache (1.4x faster at R = 32 on the reference CPU)."""
-        if self._w is not None and self.dtype != torch.float32:
+        if self.copy:
             w, bias = self._w["head"], None
         elif type(self.head) is torch.nn.Linear:
             w, bias = self.head.weight, self.head.bias
