@@ -30,3 +30,8 @@ def test_type_and_range_errors():
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_exponent_without_dot_is_a_number():
+    # the README's own example: YAML 1.1 would read "2e-5" as a string
+    assert load_config(None, ["train.lr=2e-5"]).train.lr == 2e-5

@@ -128,6 +128,11 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
     """Convert a YAML/CLI value to the type of the field's default."""
     if isinstance(value, str) and not isinstance(current, str):
         value = yaml.safe_load(value)
+        if isinstance(value, str) and isinstance(current, float) and not isinstance(current, bool):
+            try:  # YAML 1.1 reads "2e-5" (no dot) as a string
+                value = float(value)
+            except ValueError:
+                pass
     if isinstance(current, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"`{key}` must be true or false, got {value!r}")
