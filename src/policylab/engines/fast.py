@@ -53,7 +53,6 @@ import torch
 import torch.nn.functional as F
 
 from ..batch import RolloutBatch, SamplingSettings
-from ..errors import ShapeError
 from ..logprobs import kept_set
 from .hf import HFEngine, _sampling_rng
 
@@ -127,14 +126,7 @@ class FastEngine(HFEngine):
         logp_behavior [B, T], extras truncated / prompt_lengths / prompt_index / seed (and
         behavior_topk_ids / behavior_topk_logp [B, T, K] with `record_topk`; 0 id and 0.0
         at positions after a row's eos, which no loss reads)."""
-        if not isinstance(sampling, SamplingSettings):
-            raise TypeError(f"`sampling` must be a SamplingSettings, got {type(sampling).__name__}")
-        if group_size < 1 or max_new_tokens < 1:
-            raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size}, {max_new_tokens}")
-        if group_ids is None:
-            group_ids = list(range(len(prompts)))
-        if len(group_ids) != len(prompts):
-            raise ShapeError(f"`group_ids` has {len(group_ids)} entries for {len(prompts)} prompts")
+        group_ids = self._check_request(prompts, sampling, group_size, max_new_tokens, group_ids)
         ids, pmask = self._left_pad(prompts)
         G = group_size
         with _sampling_rng(seed, self._device) as used_seed:
@@ -201,7 +193,6 @@ class FastEngine(HFEngine):
         cache = net.new_cache(B, S, dev)
         hidden = net.prefill(ids, pmask, cache, G)  # [N, H] last prompt position
         logits = net.logits(hidden).repeat_interleave(G, 0)  # [B, V]
-        V = logits.shape[-1]
         resp = torch.full((B, max_new_tokens), self.pad_token_id, dtype=torch.long, device=dev)
         logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=dev)
         K = int(record_topk)

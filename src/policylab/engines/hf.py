@@ -101,14 +101,7 @@ class HFEngine:
           "prompt_index"   [B] long  index of the row's prompt in `prompts`
           "seed"           int | None  the seed sampling ran under (see module docstring)
         """
-        if not isinstance(sampling, SamplingSettings):
-            raise TypeError(f"`sampling` must be a SamplingSettings, got {type(sampling).__name__}")
-        if group_size < 1 or max_new_tokens < 1:
-            raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size}, {max_new_tokens}")
-        if group_ids is None:
-            group_ids = list(range(len(prompts)))
-        if len(group_ids) != len(prompts):
-            raise ShapeError(f"`group_ids` has {len(group_ids)} entries for {len(prompts)} prompts")
+        group_ids = self._check_request(prompts, sampling, group_size, max_new_tokens, group_ids)
         input_ids, prompt_mask = self._left_pad(prompts)
         G = group_size
         input_ids, prompt_mask = input_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
@@ -160,6 +153,19 @@ class HFEngine:
             },
         )
         return batch.validate()
+
+    @staticmethod
+    def _check_request(prompts, sampling, group_size: int, max_new_tokens: int, group_ids) -> list[int]:
+        """Validate a `generate` request; return the group ids (default: prompt indices)."""
+        if not isinstance(sampling, SamplingSettings):
+            raise TypeError(f"`sampling` must be a SamplingSettings, got {type(sampling).__name__}")
+        if group_size < 1 or max_new_tokens < 1:
+            raise ValueError(f"group_size and max_new_tokens must be >= 1, got {group_size}, {max_new_tokens}")
+        if group_ids is None:
+            group_ids = list(range(len(prompts)))
+        if len(group_ids) != len(prompts):
+            raise ShapeError(f"`group_ids` has {len(group_ids)} entries for {len(prompts)} prompts")
+        return group_ids
 
     def greedy(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Greedy (argmax) response of each prompt, for ReMax's baseline: token ids up to
