@@ -19,7 +19,8 @@ TRL ~20% more compute), lr_scheduler_type="constant" (TRL/HF default is linear d
 loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_dataset=False
 (so it reads the prompts in the same order), use_cpu, report_to="none".
 
-Each side runs in its own subprocess (`--worker trl|policylab`), so the peak RSS of each
+Each side runs in its own subprocess (`--worker trl|policylab|policylab-plain`; the
+"plain" side is an ablation: HF generate and no shared prompt prefix), so the peak RSS of each
 is its own (resource.getrusage ru_maxrss at the end of training). Step time: TRL from
 on_step_begin to on_step_end of a TrainerCallback (generation, reward, forward/backward,
 optimizer); policylab: Trainer.train_step() (the same work). completions/s = completions
@@ -44,7 +45,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve()
-SIDES = ("trl", "policylab", "policylab+prefix")
+SIDES = ("trl", "policylab", "policylab-plain")
 
 
 # ------------------------------------------------------------------------ shared setup
@@ -94,47 +95,22 @@ def _encode(tokenizer, prompt: str) -> list[int]:
 def worker_policylab(a) -> dict:
     import torch
 
-    from policylab.config import ConfigError, config_from_dict
+    from policylab.config import config_from_dict
     from policylab.trainer import Trainer
 
-    patched = None
-    if a.worker == "policylab+prefix":
-        # PROPOSED change, not in the library yet (benchmarks/prefix_share.py): the training
-        # step computes each distinct prompt of the minibatch once (update.optimizer_step as
-        # in the tree with the diff of prefix_share.proposed_diff() applied)
-        import policylab.trainer as trainer_mod
-        from prefix_share import proposed_optimizer_step
-
-        trainer_mod.optimizer_step = proposed_optimizer_step()
-        patched = "optimizer_step with the shared prefix of benchmarks/prefix_share.py (proposed, not merged)"
-
+    plain = a.worker == "policylab-plain"  # ablation: HF generate, no shared prompt prefix
     cfg = {
         "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
         "task": {"name": "arithmetic", "ops": ["+", "*"], "digits": 1},
         "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
-                    "temperature": 1.0, "engine": a.engine, "engine_dtype": a.engine_dtype},
-        "train": {"steps": a.steps, "lr": a.lr, "dtype": a.train_dtype,
-                  "micro_batch_size": a.prefix_micro_batch if patched and a.prefix_micro_batch else a.micro_batch,
-                  "grad_clip": 1.0},
+                    "temperature": 1.0, "engine": "hf" if plain else a.engine, "engine_dtype": a.engine_dtype},
+        "train": {"steps": a.steps, "lr": a.lr, "dtype": a.train_dtype, "micro_batch_size": a.micro_batch,
+                  "grad_clip": 1.0, "shared_prefix": not plain},
         "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
         "run_dir": tempfile.mkdtemp(prefix="vs_trl_policylab_"),
     }
     t0 = time.perf_counter()
-    engine_wiring = "config"
-    try:
-        trainer = Trainer(config_from_dict(cfg))
-    except ConfigError as exc:
-        if a.engine == "hf":
-            raise
-        # the trainer does not know `rollout.engine=fast` yet: build it with HF, then swap
-        # in the FastEngine on the same (shared) weights
-        from policylab.engines.fast import FastEngine
-
-        engine_wiring = f"swapped after construction ({exc})"
-        cfg["rollout"].pop("engine")
-        trainer = Trainer(config_from_dict(cfg))
-        dtype = torch.bfloat16 if a.engine_dtype == "bf16" else torch.float32
-        trainer.engine = FastEngine(trainer.model, trainer.tokenizer, dtype=dtype)
+    trainer = Trainer(config_from_dict(cfg))
     setup_s = time.perf_counter() - t0
     steps = []
     t_train = time.perf_counter()
@@ -149,7 +125,7 @@ def worker_policylab(a) -> dict:
               f"train {m.get('time/train_s', 0):.1f}s) reward {m.get('reward/mean', float('nan')):.3f} "
               f"len {m.get('response/length_mean', float('nan')):.1f}", flush=True)
     train_wall = time.perf_counter() - t_train
-    out = {"side": a.worker, "engine": trainer.engine.engine_name, "engine_wiring": engine_wiring, "patched": patched,
+    out = {"side": a.worker, "engine": trainer.engine.engine_name, "shared_prefix": trainer.cfg.train.shared_prefix,
            "micro_batch": trainer.cfg.train.micro_batch_size,
            "setup_s": setup_s, "train_wall_s": train_wall, "steps": steps, "peak_rss_mb": peak_rss_mb(),
            "threads": torch.get_num_threads()}
@@ -311,9 +287,8 @@ def to_markdown(report: dict) -> str:
         if s.startswith("policylab"):
             st = R[s]["steps"]
             lines += ["", f"{s}: generate {sum(x['generate_s'] for x in st):.1f} s + train "
-                          f"{sum((x['train_s'] or 0.0) for x in st):.1f} s over {len(st)} steps"
-                          + (f"; {R[s]['patched']}" if R[s].get("patched") else "")
-                          + (f"; engine {R[s]['engine_wiring']}" if R[s].get("engine_wiring") != "config" else "")]
+                          f"{sum((x['train_s'] or 0.0) for x in st):.1f} s over {len(st)} steps; "
+                          f"engine {R[s]['engine']}, shared prompt prefix {'on' if R[s]['shared_prefix'] else 'off'}"]
     if "same_prompts" in report:
         lines += ["", f"Same prompts in the same order on every side: {report['same_prompts']}."]
     if "ratio_vs_trl" in report:
@@ -331,9 +306,7 @@ def parse(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward, both sides")
-    ap.add_argument("--prefix-micro-batch", type=int, default=0,
-                    help="micro-batch of the policylab+prefix side (0 = --micro-batch); the loss does not depend on it")
-    ap.add_argument("--engine", default="fast", choices=("fast", "hf"), help="policylab rollout engine")
+    ap.add_argument("--engine", default="fast", choices=("fast", "hf", "auto"), help="policylab rollout engine")
     ap.add_argument("--engine-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--train-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--trl-gradient-checkpointing", action="store_true")
@@ -408,8 +381,6 @@ def main(argv=None) -> dict:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(to_markdown(report))
-    if trl and "policylab+prefix" in results:
-        print(f"ratio_vs_trl_with_proposed_prefix_sharing={results['policylab+prefix']['ratio_vs_trl']:.3f}")
     if "ratio_vs_trl" in report:
         print(f"ratio_vs_trl={report['ratio_vs_trl']:.3f}")
     return report

@@ -30,7 +30,8 @@ def test_lr_zero_gives_ratio_exactly_one_and_unchanged_weights(tiny_model_dir, t
         assert torch.equal(v, before[k]), k
 
 
-def test_same_update_for_every_micro_batch_split(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_same_update_for_every_micro_batch_split(tiny_model_dir, tmp_path, shared_prefix):
     # fp64 model, SGD: the summed gradient must not depend on the micro-batch size because
     # each micro-batch divides by the normalizer of the whole optimizer step
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", train={"dtype": "fp64"},
@@ -48,7 +49,7 @@ def test_same_update_for_every_micro_batch_split(tiny_model_dir, tmp_path):
             tr.model.load_state_dict(start)
             opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
             optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=mbs, dtype="fp64",
-                           grad_clip=0.0, old_from_same_forward=True, L_norm=5.0)
+                           grad_clip=0.0, old_from_same_forward=True, L_norm=5.0, shared_prefix=shared_prefix)
             deltas[(mode, mbs)] = {k: v - start[k] for k, v in tr.model.state_dict().items()}
         ref = deltas[(mode, 8)]
         assert max(float(d.abs().max()) for d in ref.values()) > 1e-6  # the update is not trivially zero

@@ -9,11 +9,12 @@ from policylab.trainer import Trainer
 from trainer_utils import tiny_config
 
 
-def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("engine", ["hf", "fast", "auto"])
+def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(tiny_model_dir, tmp_path, engine):
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="tis", method_params={},
-                      rollout={"engine_dtype": "bf16"})
+                      rollout={"engine_dtype": "bf16", "engine": engine})
     tr = Trainer(cfg)
-    assert tr.engine.engine_name == "hf-bf16"
+    assert tr.engine.engine_name == ("hf-bf16" if engine == "hf" else "fast-bf16")
     m = tr.train_step()
     # the behavior (bf16) and the fp32 recompute at the same weights differ: k != 1
     assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] > 1e-4

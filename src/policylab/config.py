@@ -42,7 +42,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampler temperature; logprobs use the same transform
     top_p: float = 1.0  # nucleus sampling; 1.0 = off
     top_k: int = 0  # top-k sampling; 0 = off
-    engine: str = "hf"  # hf (HF generate, exact)
+    engine: str = "auto"  # auto (fast when the model is Llama-architecture, else hf) | fast (own decode loop) | hf (HF generate)
     engine_dtype: str = "fp32"  # fp32 | bf16: bf16 makes the behavior engine differ from training (real mismatch)
     max_refill_rounds: int = 4  # dynamic sampling: extra generation rounds before training a smaller batch
     staleness: int = 0  # async mode: rollouts sampled at version v are trained at v + staleness
@@ -66,6 +66,7 @@ class TrainConfig:
     critic_lr: float = 1e-5  # critic (value head + backbone copy) learning rate, ppo/vapo
     value_pretrain_steps: int = 0  # vapo: critic-only steps before any policy update
     skip_nonfinite: bool = True  # skip (and log) an optimizer step whose loss or grads are non-finite
+    shared_prefix: bool = True  # compute each distinct prompt once per minibatch (same gradient; see policylab.prefix)
 
 
 @dataclass
@@ -197,6 +198,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         (r.temperature > 0, "rollout.temperature must be > 0 (log-prob ratios need a sampling distribution)"),
         (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]"),
         (r.top_k >= 0, "rollout.top_k must be >= 0"),
+        (r.engine in ("auto", "fast", "hf"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf"),
         (r.engine_dtype in ("fp32", "bf16"), "rollout.engine_dtype must be fp32 or bf16"),
         (r.staleness >= 0, "rollout.staleness must be >= 0"),
         (t.steps >= 0, "train.steps must be >= 0"),

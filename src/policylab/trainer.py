@@ -23,10 +23,12 @@ from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_chec
 from .config import ConfigError, RunConfig
 from .errors import PolicylabError
 from .logprobs import model_logprobs
+from .prefix import SharedPrefix, distinct_prompts
 from .methods import stages
 from .rollout import attach, keep_groups, merge, sampling_from, score
 from .trainer_support import (
     _autocast,
+    _adamw,
     _build_engine,
     _lr_lambda,
     _mean_dicts,
@@ -73,12 +75,12 @@ class Trainer:
             from .critic import ValueModel
 
             self.critic = ValueModel(self.model)
-            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=cfg.train.critic_lr)
+            self.critic_opt = _adamw(self.critic.parameters(), lr=cfg.train.critic_lr)
         self.engine = _build_engine(self.model, self.tokenizer, cfg.rollout)
         self.task = build_task(cfg.task, seed=cfg.seed)
         self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas), weight_decay=cfg.train.weight_decay)
+        self.optimizer = _adamw(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas), weight_decay=cfg.train.weight_decay)
         self.total_opt_steps = cfg.train.steps * cfg.train.epochs * cfg.train.minibatches
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg.train, self.total_opt_steps))
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
@@ -203,10 +205,19 @@ class Trainer:
     def _role_logprobs(self, model, batch: RolloutBatch) -> torch.Tensor:
         out = []
         mbs = self.cfg.train.micro_batch_size
+        prefix = None
+        if self.cfg.train.shared_prefix:
+            n_distinct = distinct_prompts(batch.tokens, batch.attention_mask, batch.prompt_width)[0].shape[0]
+            if n_distinct < batch.size:
+                with _autocast(self.cfg.train.dtype):
+                    prefix = SharedPrefix(model, batch.tokens, batch.attention_mask, batch.prompt_width)
         for idx in torch.arange(batch.size).split(mbs):
             mb = batch.select(idx)
             with _autocast(self.cfg.train.dtype):
-                lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
+                if prefix is not None:
+                    lp = prefix.logprobs(model, idx, mb.tokens, mb.attention_mask, sampling=mb.sampling)
+                else:
+                    lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
             out.append(torch.where(mb.loss_mask, lp.float() if lp.dtype != torch.float64 else lp, torch.zeros((), dtype=lp.dtype)))
         return torch.cat(out)
 
@@ -271,7 +282,7 @@ class Trainer:
                     self.model, self.optimizer, self.scheduler, self.recipe, batch.select(idx), adv[idx],
                     micro_batch_size=cfg.train.micro_batch_size, dtype=cfg.train.dtype,
                     grad_clip=cfg.train.grad_clip, old_from_same_forward=old_same, L_norm=self.L_norm,
-                    skip_nonfinite=cfg.train.skip_nonfinite,
+                    skip_nonfinite=cfg.train.skip_nonfinite, shared_prefix=cfg.train.shared_prefix,
                 )
                 step_metrics.append(m)
                 if not m.get("skipped_nonfinite") and not m.get("skipped_no_signal"):

@@ -79,12 +79,33 @@ def _rollout_metrics(batch: RolloutBatch, t_gen: float) -> dict:
     return m
 
 
+def _adamw(params, **kw) -> torch.optim.AdamW:
+    """AdamW with the fused kernel (one pass over each tensor: ~0.07 s instead of ~0.37 s
+    per step for 135M fp32 parameters on the reference CPU; the same update up to float
+    rounding); the per-tensor loop where the fused kernel does not support the parameters."""
+    params = list(params)
+    try:
+        return torch.optim.AdamW(params, fused=True, **kw)
+    except (RuntimeError, ValueError):
+        return torch.optim.AdamW(params, **kw)
+
+
 def _build_engine(model, tokenizer, rcfg):
+    """rollout.engine: "fast" (FastEngine; refuses non-Llama models), "hf" (HF generate),
+    "auto" (FastEngine when it supports the model, else HFEngine). engine_dtype "bf16":
+    FastEngine keeps a bf16 weight copy (re-synced when the weights change), HFEngine
+    runs under bf16 autocast; either way a behavior engine that differs from training."""
+    from .engines.fast import FastEngine, UnsupportedModel
     from .engines.hf import HFEngine
 
-    if rcfg.engine != "hf":
-        raise ConfigError(f"rollout.engine {rcfg.engine!r} is not available on this machine; use 'hf'")
-    if rcfg.engine_dtype == "bf16":
+    bf16 = rcfg.engine_dtype == "bf16"
+    if rcfg.engine in ("fast", "auto"):
+        try:
+            return FastEngine(model, tokenizer, dtype=torch.bfloat16 if bf16 else None)
+        except UnsupportedModel as exc:
+            if rcfg.engine == "fast":
+                raise ConfigError(f"rollout.engine 'fast': {exc}") from exc
+    if bf16:
         return HFEngine(model, tokenizer, engine_name="hf-bf16", autocast_dtype=torch.bfloat16)
     return HFEngine(model, tokenizer, engine_name="hf-fp32")
 

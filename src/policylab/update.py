@@ -20,16 +20,18 @@ from .batch import _BT_FIELDS, RolloutBatch
 from .logprobs import model_logprobs
 from .methods import stages
 from .methods.registry import Recipe
+from .prefix import SharedPrefix, distinct_prompts
 
 
-def trim(mb: RolloutBatch, adv: torch.Tensor) -> tuple[RolloutBatch, torch.Tensor]:
+def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> tuple[RolloutBatch, torch.Tensor]:
     """Drop columns that are padding for every sequence of `mb`: leading prompt columns
-    and trailing response columns. Values at the kept positions are unchanged."""
+    (unless `keep_prompt`: a shared prefix covers all of them) and trailing response
+    columns. Values at the kept positions are unchanged."""
     att = mb.attention_mask
     P = mb.prompt_width
     real_cols = att[:, :P].any(0).nonzero()
     first = int(real_cols[0]) if real_cols.numel() else P - 1
-    first = min(first, P - 1)  # keep at least one prompt column (predicts the first response token)
+    first = 0 if keep_prompt else min(first, P - 1)  # keep >= 1 prompt column (it predicts response token 0)
     valid_t = mb.loss_mask.any(0).nonzero()
     T_keep = int(valid_t[-1]) + 1 if valid_t.numel() else 1
     changes = {
@@ -102,12 +104,17 @@ def optimizer_step(
     L_norm: float | None,
     skip_nonfinite: bool = True,
     chunk_size: int | None = None,
+    shared_prefix: bool = False,
 ) -> dict[str, float]:
     """Accumulate gradients over micro-batches of `minibatch`, then step once.
 
     `old_from_same_forward=True` is the single on-policy update: π_old equals π_θ in
     value, so logp_old := sg(logp) of this very forward (ratio exactly 1) instead of a
-    separate old-logprob pass. Otherwise `minibatch.logp_old` must be present."""
+    separate old-logprob pass. Otherwise `minibatch.logp_old` must be present.
+
+    `shared_prefix=True` computes each distinct prompt of the minibatch once
+    (`policylab.prefix.SharedPrefix`) when at least two rows share one; micro-batches then
+    carry response tokens only. Same loss and gradient up to float rounding (tested)."""
     if not old_from_same_forward:
         minibatch.require(recipe.name, "logp_old")
     terms = stages.term_masks(recipe, minibatch)
@@ -131,13 +138,25 @@ def optimizer_step(
     # micro-batches of similar lengths waste less compute on padding; the summed gradient
     # does not depend on the grouping (each part is divided by the global normalizer)
     lengths = minibatch.attention_mask.sum(-1)
-    for idx in torch.argsort(lengths, descending=True, stable=True).split(micro_batch_size):
-        mb, mb_adv = trim(minibatch.select(idx), adv[idx])
+    prefix = None
+    if shared_prefix and distinct_prompts(minibatch.tokens, minibatch.attention_mask,
+                                          minibatch.prompt_width)[0].shape[0] < minibatch.size:
         with _autocast(dtype):
-            logp, entropy = model_logprobs(
-                model, mb.tokens, mb.attention_mask, mb.prompt_width,
-                sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True,
-            )
+            prefix = SharedPrefix(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
+        lengths = minibatch.loss_mask.sum(-1)  # micro-batches then carry response tokens only
+    for idx in torch.argsort(lengths, descending=True, stable=True).split(micro_batch_size):
+        mb, mb_adv = trim(minibatch.select(idx), adv[idx], keep_prompt=prefix is not None)
+        with _autocast(dtype):
+            if prefix is not None:
+                logp, entropy = prefix.logprobs(
+                    model, idx, mb.tokens, mb.attention_mask,
+                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True,
+                )
+            else:
+                logp, entropy = model_logprobs(
+                    model, mb.tokens, mb.attention_mask, mb.prompt_width,
+                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True,
+                )
         logp_old = logp.detach() if old_from_same_forward else mb.logp_old
         loss_mats, metrics = stages.loss_terms(
             recipe, logp, logp_old, mb_adv, mb, entropy=entropy if need_entropy else None
@@ -163,6 +182,8 @@ def optimizer_step(
             d = (mb.logp_behavior - logp.detach())
             m["mismatch/behavior_vs_current_abs_dlogp"] = _masked_mean(d.abs(), mb.loss_mask)
         acc.add(m, w)
+    if prefix is not None and not nonfinite:
+        prefix.backward()  # the prompts' share of the gradient, through the prefix graph once
     grad_norm = _grad_norm(model)
     if not math.isfinite(grad_norm):
         nonfinite = True

@@ -1,11 +1,13 @@
 """Rollout engines: sample responses and record the behavior log-probs (`logp_behavior`).
 
-    HFEngine   HF `generate` (default; exact on CPU; optional bf16 autocast)
+    HFEngine    HF `generate` (any causal LM; exact on CPU; optional bf16 autocast)
+    FastEngine  its own decode loop for Llama-architecture models (same contract, ~1.5x
+                the tokens/s of HFEngine here; optional bf16 weight copy)
 
 Imported lazily so that `import policylab.engines` does not pull in transformers.
 """
 
-__all__ = ["HFEngine"]
+__all__ = ["FastEngine", "HFEngine"]
 
 
 def __getattr__(name):
@@ -13,4 +15,8 @@ def __getattr__(name):
         from .hf import HFEngine
 
         return HFEngine
+    if name == "FastEngine":
+        from .fast import FastEngine
+
+        return FastEngine
     raise AttributeError(f"module 'policylab.engines' has no attribute {name!r}")

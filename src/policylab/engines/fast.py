@@ -56,7 +56,12 @@ from ..batch import RolloutBatch, SamplingSettings
 from ..logprobs import kept_set
 from .hf import HFEngine, _sampling_rng
 
-__all__ = ["FastEngine"]
+__all__ = ["FastEngine", "UnsupportedModel"]
+
+
+class UnsupportedModel(ValueError):
+    """FastEngine cannot run this model (architecture or setting it does not implement)."""
+
 
 _SUPPORTED = ("llama",)
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
@@ -266,13 +271,13 @@ class _Decoder:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         mtype = getattr(cfg, "model_type", None)
         if mtype not in _SUPPORTED or decoder is None or head is None or not hasattr(decoder, "layers"):
-            raise ValueError(
+            raise UnsupportedModel(
                 f"FastEngine runs {', '.join(_SUPPORTED)} decoders; this model is "
                 f"{type(model).__name__} (model_type {mtype!r}). Use HFEngine (rollout.engine=hf)."
             )
         rope = cfg.rope_parameters if hasattr(cfg, "rope_parameters") else {}
         if (rope or {}).get("rope_type", "default") == "dynamic":
-            raise ValueError("FastEngine does not implement dynamic RoPE scaling; use HFEngine")
+            raise UnsupportedModel("FastEngine does not implement dynamic RoPE scaling; use HFEngine")
         self.model, self.decoder, self.head, self.copy = model, decoder, head, copy
         self.layers = list(decoder.layers)
         a0 = self.layers[0].self_attn
@@ -287,7 +292,7 @@ class _Decoder:
             for layer in self.layers:
                 for lin in _linears(layer):
                     if type(lin) is not torch.nn.Linear:
-                        raise ValueError(
+                        raise UnsupportedModel(
                             f"FastEngine(dtype=bf16) needs plain torch.nn.Linear projections, found "
                             f"{type(lin).__module__}.{type(lin).__name__} (e.g. LoRA): use the model's own dtype"
                         )
