@@ -52,7 +52,8 @@ def run(name: str, steps: int) -> dict:
     finite = all(math.isfinite(v) for r in rows for k, v in r.items() if isinstance(v, float))
     trained = [r for r in rows if "loss/policy" in r]
     return {
-        "method": name, "settings": extra, "steps": steps, "seconds": round(secs, 1),
+        "method": name, "settings": extra, "engine": tr.engine.engine_name, "steps": steps,
+        "seconds": round(secs, 1),
         "optimizer_steps": sum(int(r.get("optimizer_steps", 0)) for r in trained),
         "policy_version": tr.policy_version, "skipped": sum(r.get("skipped_nonfinite", 0) for r in rows),
         "reward": [round(r.get("reward/mean", float("nan")), 3) for r in rows],
@@ -78,13 +79,18 @@ def main() -> None:
         RESULTS.mkdir(exist_ok=True)
         path.write_text(json.dumps(out, indent=2))
     lines = ["# Every method on SmolLM2-135M-Instruct: real optimizer steps (plumbing, not learning)", "",
-             f"Command: `.venv/bin/python benchmarks/methods_real.py --steps {args.steps}`; 4 prompts x 4 samples, "
-             "12 new tokens, lr 1e-5, single-digit + and x, seed 0. The `s` column is wall time on a machine "
-             "shared with other jobs: not a speed measurement (see benchmarks/vs_trl.py for that).", "",
-             "| method | settings | optimizer steps | skipped | reward per step | policy loss | grad norm | finite | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "Command: `.venv/bin/python benchmarks/methods_real.py --steps N --only NAME ...` (N per row in the "
+             "`steps` column); 4 prompts x 4 samples, 12 new tokens, lr 1e-5, single-digit + and x, seed 0. "
+             "With `staleness` k the first k steps only sample (nothing trained yet). The `s` column is wall time "
+             "on a machine shared with other jobs, with the engine of its day (rows before the FastEngine was "
+             "wired into the trainer used HF generate, under bf16 autocast for the mismatch engine): not a speed "
+             "measurement (see benchmarks/vs_trl.py for that).", "",
+             "| method | settings | engine | steps | optimizer steps | skipped | reward per step | policy loss "
+             "| grad norm | finite | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in sorted(out.items()):
-        lines.append(f"| `{name}` | {json.dumps(r['settings']) if r['settings'] else '-'} | {r['optimizer_steps']} | "
+        lines.append(f"| `{name}` | {json.dumps(r['settings']) if r['settings'] else '-'} | {r.get('engine', 'hf')} | "
+                     f"{r['steps']} | {r['optimizer_steps']} | "
                      f"{int(r['skipped'])} | {r['reward']} | {r['loss_policy']} | {r['grad_norm']} | "
                      f"{r['all_metrics_finite']} | {r['seconds']} |")
     (RESULTS / "methods_real.md").write_text("\n".join(lines) + "\n")
