@@ -234,6 +234,26 @@ def test_bf16_engine_is_a_different_engine_and_follows_weight_updates(tiny_model
     assert not torch.equal(after.logp_behavior, batch.logp_behavior)
 
 
+def test_bf16_copy_follows_a_fused_optimizer_step(tiny_model, tokenizer):
+    # fused AdamW writes the parameters without bumping their version counters: the copy
+    # must still be the current weights after the step (a stale copy once sampled from
+    # old weights in the trainer and the measured mismatch grew step after step)
+    model = sharpen(tiny_model)
+    engine = FastEngine(model, tokenizer, dtype=torch.bfloat16)
+    sample(engine, SamplingSettings())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    versions = [p._version for p in model.parameters()]
+    opt.step()
+    assert [p._version for p in model.parameters()] == versions  # the trap: nothing says they changed
+    sample(engine, SamplingSettings())
+    w = engine._net._w
+    assert torch.equal(w["embed"], model.model.embed_tokens.weight.detach().to(torch.bfloat16))
+    q = model.model.layers[1].self_attn.q_proj.weight.detach().to(torch.bfloat16)
+    assert torch.equal(w["layers"][1]["q"][0], q)
+
+
 def test_bad_inputs(tiny_model, tokenizer):
     engine = FastEngine(tiny_model, tokenizer)
     s = SamplingSettings()

@@ -78,5 +78,13 @@ def masked_fraction(flag: torch.Tensor, mask: torch.Tensor, like: torch.Tensor) 
     return scalar(frac, like)
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Mean of `x` over the counted positions (0 when nothing counts), as a detached
+    metric: a masked sum, no boolean indexing (padding values never enter)."""
+    n = mask.sum()
+    total = torch.where(mask, x.detach(), torch.zeros((), dtype=x.dtype)).sum(dtype=torch.float64)
+    return scalar(total / n.clamp_min(1).to(torch.float64), like)
+
+
 def prefixed(prefix: str, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {f"{prefix}/{k}": v for k, v in metrics.items()}

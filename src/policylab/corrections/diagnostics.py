@@ -22,11 +22,13 @@ Healthy engine mismatch: kl_k3 around 1e-4 or less, ratio within [0.5, 2], frac_
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._checks import check_finite, check_mask
 from ..errors import ShapeError
-from ._common import check_roles, scalar
+from ._common import check_roles, masked_log_ratio, scalar
 
 
 def mismatch_stats(
@@ -41,26 +43,31 @@ def mismatch_stats(
     logp_a, logp_b, mask: [B, T]; returns detached 0-dim tensors in the dtype of logp_a.
     """
     check_roles("mismatch_stats", mask, logp_a=logp_a, logp_b=logp_b)
-    r = (logp_a.detach() - logp_b.detach()).to(torch.float64)[mask]
-    n = int(r.numel())
+    # masked reductions, no boolean indexing: r is exactly 0 outside the mask, and so are
+    # expm1(r) and |r|, so plain sums over [B, T] are sums over the counted tokens
+    r = masked_log_ratio(logp_a.detach(), logp_b.detach(), mask)
+    n = int(mask.sum())
     if n == 0:
         keys = ("kl_k1", "kl_k3", "abs_dlogp_mean", "abs_dlogp_max", "frac_far",
                 "ratio_min", "ratio_mean", "ratio_max", "log_ratio_min", "log_ratio_max")
         out = {k: scalar(0.0, logp_a) for k in keys}
         out["n_tokens"] = scalar(0.0, logp_a)
         return out
-    ratio = torch.exp(r)
+    r64 = r.to(torch.float64)
+    e = torch.expm1(r64)  # ratio - 1, accurate near 0 (float64: overflows only past r ~ 709)
+    lo = torch.where(mask, r, torch.full((), math.inf, dtype=r.dtype)).min().to(torch.float64)
+    hi = torch.where(mask, r, torch.full((), -math.inf, dtype=r.dtype)).max().to(torch.float64)
     return {
-        "kl_k1": scalar((-r).mean(), logp_a),
-        "kl_k3": scalar((torch.expm1(r) - r).mean(), logp_a),
-        "abs_dlogp_mean": scalar(r.abs().mean(), logp_a),
-        "abs_dlogp_max": scalar(r.abs().max(), logp_a),
-        "frac_far": scalar(((ratio - 1).abs() > far_threshold).to(torch.float64).mean(), logp_a),
-        "ratio_min": scalar(ratio.min(), logp_a),
-        "ratio_mean": scalar(ratio.mean(), logp_a),
-        "ratio_max": scalar(ratio.max(), logp_a),
-        "log_ratio_min": scalar(r.min(), logp_a),
-        "log_ratio_max": scalar(r.max(), logp_a),
+        "kl_k1": scalar(-r64.sum() / n, logp_a),
+        "kl_k3": scalar((e - r64).sum() / n, logp_a),
+        "abs_dlogp_mean": scalar(r64.abs().sum() / n, logp_a),
+        "abs_dlogp_max": scalar(torch.maximum(hi.abs(), lo.abs()), logp_a),
+        "frac_far": scalar((e.abs() > far_threshold).sum().to(torch.float64) / n, logp_a),
+        "ratio_min": scalar(torch.exp(lo), logp_a),
+        "ratio_mean": scalar(1.0 + e.sum() / n, logp_a),
+        "ratio_max": scalar(torch.exp(hi), logp_a),
+        "log_ratio_min": scalar(lo, logp_a),
+        "log_ratio_max": scalar(hi, logp_a),
         "n_tokens": scalar(float(n), logp_a),
     }
 
@@ -77,10 +84,16 @@ def ess(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor
     if mask.shape != weights.shape:
         raise ShapeError(f"`weights` {tuple(weights.shape)} and `mask` {tuple(mask.shape)} differ")
     check_finite(weights, "weights", mask)
-    w = weights.detach().to(torch.float64)[mask]
-    if bool((w < 0).any()):
+    if bool(((weights < 0) & mask).any()):
         raise ValueError("`weights` must be >= 0 for an effective sample size")
-    n = w.numel()
+    return ess_unchecked(weights, mask)
+
+
+def ess_unchecked(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`ess` without the input checks, for weights a correction has just built (finite,
+    >= 0, same shape as the bool mask): masked sums in float64, no boolean indexing."""
+    w = torch.where(mask, weights.detach(), torch.zeros((), dtype=weights.dtype)).to(torch.float64)
+    n = int(mask.sum())
     sq = (w * w).sum()
     if n == 0 or float(sq) == 0.0:
         return scalar(0.0, weights)

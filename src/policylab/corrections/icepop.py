@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from ._common import check_band, check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
-from .diagnostics import ess, mismatch_stats
+from ._common import check_band, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
+from .diagnostics import ess_unchecked, mismatch_stats
 
 
 def band_weight(
@@ -63,8 +63,8 @@ def icepop(
         "frac_masked": masked_fraction(~in_band, mask, w),
         "frac_masked_low": masked_fraction(k < low, mask, w),
         "frac_masked_high": masked_fraction(k > high, mask, w),
-        "weight_mean": scalar(w[mask].mean() if bool(mask.any()) else 0.0, w),
-        "ess": ess(w, mask),
+        "weight_mean": masked_mean(w, mask, w),
+        "ess": ess_unchecked(w, mask),
         **mismatch_stats(logp_old, logp_behavior, mask),
     }
     return w, prefixed("icepop", metrics)

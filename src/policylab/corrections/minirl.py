@@ -33,7 +33,7 @@ import torch
 
 from .._checks import check_finite, expand_adv
 from ..errors import MissingQuantityError, ShapeError
-from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
+from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
 from ._host import clip_active, clipped_surrogate
 from .diagnostics import mismatch_stats
 
@@ -128,7 +128,7 @@ def minirl_loss(
     metrics = {
         "clip_frac": masked_fraction(clip_active(rho.detach(), adv, lo, hi), mask, logp),
         "frac_engine_capped": masked_fraction(capped, mask, logp),
-        "engine_weight_mean": scalar(w[mask].mean() if bool(mask.any()) else 0.0, logp),
+        "engine_weight_mean": masked_mean(w, mask, logp),
         **mismatch_stats(logp_old, logp_behavior, mask),
     }
     return loss, prefixed("minirl", metrics)

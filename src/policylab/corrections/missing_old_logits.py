@@ -36,7 +36,7 @@ import torch
 from .._checks import check_finite, expand_adv
 from ..batch import HOW_TO_PRODUCE
 from ..errors import MissingQuantityError
-from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
+from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed, scalar
 from ._host import clip_active, clipped_surrogate
 from .icepop import icepop
 from .kpop import kpop
@@ -144,7 +144,7 @@ def decoupled_loss(
     loss = torch.where(mask, weights.detach() * clipped_surrogate(s, adv, lo, hi), zero)
     metrics = {
         "clip_frac": masked_fraction(clip_active(s.detach(), adv, lo, hi), mask, logp),
-        "staleness_ratio_mean": scalar(s.detach()[mask].mean() if bool(mask.any()) else 0.0, logp),
+        "staleness_ratio_mean": masked_mean(s, mask, logp),
     }
     if current_version is not None:
         metrics["versions_behind"] = scalar(float(current_version - old.policy_version), logp)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ShapeError
-from ._common import check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
+from ._common import check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
 from .diagnostics import mismatch_stats
 
 
@@ -91,8 +91,8 @@ def sis(
     like = logp
     metrics = {
         "accept_rate": masked_fraction(accepted, mask, like),
-        "accept_prob_mean": scalar(accept_prob[mask].mean() if bool(mask.any()) else 0.0, like),
-        "log_envelope_mean": scalar(log_env[mask].mean() if bool(mask.any()) else 0.0, like),
+        "accept_prob_mean": masked_mean(accept_prob, mask, like),
+        "log_envelope_mean": masked_mean(log_env, mask, like),
         "frac_sampled_outside_topk": masked_fraction(~in_topk, mask, like),
         "frac_envelope_floored": masked_fraction(
             torch.maximum(log_q_topk.max(-1).values, log_q_y) < 0, mask, like),

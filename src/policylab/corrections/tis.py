@@ -23,8 +23,8 @@ import math
 
 import torch
 
-from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, prefixed, scalar
-from .diagnostics import ess, mismatch_stats
+from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
+from .diagnostics import ess_unchecked, mismatch_stats
 
 
 def tis(
@@ -48,8 +48,8 @@ def tis(
     w = torch.where(mask, w, torch.zeros_like(w))
     metrics = {
         "frac_capped": masked_fraction(log_k > math.log(cap), mask, w),
-        "weight_mean": scalar(w[mask].mean() if bool(mask.any()) else 0.0, w),
-        "ess": ess(w, mask),
+        "weight_mean": masked_mean(w, mask, w),
+        "ess": ess_unchecked(w, mask),
         **mismatch_stats(logp_old, logp_behavior, mask),
     }
     return w, prefixed("tis", metrics)

@@ -174,12 +174,12 @@ def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None)
     def count(m: torch.Tensor | None) -> torch.Tensor:
         return zero if m is None else (m & mask).sum().to(dtype)
 
-    valid = ratio[mask]
-    if valid.numel() == 0:  # empty micro-batch: identities of min / max, nothing to average
-        inf = torch.tensor(math.inf, dtype=dtype, device=device)
-        lo, mean, hi = inf, zero, -inf
-    else:
-        lo, mean, hi = valid.min(), valid.mean(), valid.max()
+    # masked reductions (no boolean indexing); an empty mask gives the identities +inf /
+    # -inf of min / max and a mean of 0 / 1 = 0
+    inf = torch.full((), math.inf, dtype=dtype, device=device)
+    lo = torch.where(mask, ratio, inf).min()
+    hi = torch.where(mask, ratio, -inf).max()
+    mean = torch.where(mask, ratio, zero).sum() / n
     return {
         "clip_frac": count(zeroed) / n,
         "clip_frac/low_pos": count(regions.low_pos) / n,
