@@ -4,7 +4,7 @@ staleness): same seed, same budget, correction off vs on.
     .venv/bin/python benchmarks/offpolicy.py [--steps 8] [--only NAME ...]
 
 Mismatch runs sample with a bf16 behavior engine and train in fp32 (the engine ratio
-π_old/μ is real: mean |Δlogp| ≈ 0.03 on this model); staleness runs train on batches
+π_old/μ is real: mean |Δlogp| ≈ 0.05 on this model with the FastEngine bf16 copy); staleness runs train on batches
 sampled 2 optimizer steps earlier (π_old is the exact trainer log-prob at the sampling
 weights, taken before any update). Writes benchmarks/results/offpolicy.{json,md}.
 """

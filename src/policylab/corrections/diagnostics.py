@@ -43,33 +43,62 @@ def mismatch_stats(
     logp_a, logp_b, mask: [B, T]; returns detached 0-dim tensors in the dtype of logp_a.
     """
     check_roles("mismatch_stats", mask, logp_a=logp_a, logp_b=logp_b)
-    # masked reductions, no boolean indexing: r is exactly 0 outside the mask, and so are
-    # expm1(r) and |r|, so plain sums over [B, T] are sums over the counted tokens
     r = masked_log_ratio(logp_a.detach(), logp_b.detach(), mask)
-    n = int(mask.sum())
+    return log_ratio_stats(r, mask, logp_a, far_threshold=far_threshold)
+
+
+_KEYS = ("kl_k1", "kl_k3", "abs_dlogp_mean", "abs_dlogp_max", "frac_far",
+         "ratio_min", "ratio_mean", "ratio_max", "log_ratio_min", "log_ratio_max")
+
+
+def log_ratio_stats(r: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
+                    far_threshold: float = 0.2) -> dict[str, torch.Tensor]:
+    """`mismatch_stats` from a log-ratio r = lp_a - lp_b that is exactly 0 outside the
+    mask (as `masked_log_ratio` makes it), for corrections that already computed it.
+
+    Masked reductions, no boolean indexing and as few [B, T] temporaries as possible (each
+    costs a page-faulting allocation at this size): zeros outside the mask add nothing to
+    the sums of r, |r|, expm1(r) and expm1(r) − r. Elementwise work runs in float64 for
+    float64 input or when max r > 80 (e^r would overflow float32), else in float32 (a
+    diagnostic: ~1e-7 relative error per term, sums of same-sign terms for kl_k3)."""
+    n = int(torch.count_nonzero(mask))
     if n == 0:
-        keys = ("kl_k1", "kl_k3", "abs_dlogp_mean", "abs_dlogp_max", "frac_far",
-                "ratio_min", "ratio_mean", "ratio_max", "log_ratio_min", "log_ratio_max")
-        out = {k: scalar(0.0, logp_a) for k in keys}
-        out["n_tokens"] = scalar(0.0, logp_a)
+        out = {k: scalar(0.0, like) for k in _KEYS}
+        out["n_tokens"] = scalar(0.0, like)
         return out
-    r64 = r.to(torch.float64)
-    e = torch.expm1(r64)  # ratio - 1, accurate near 0 (float64: overflows only past r ~ 709)
-    lo = torch.where(mask, r, torch.full((), math.inf, dtype=r.dtype)).min().to(torch.float64)
-    hi = torch.where(mask, r, torch.full((), -math.inf, dtype=r.dtype)).max().to(torch.float64)
+    f64 = torch.float64
+    work = r if r.dtype == f64 else r.float()
+    lo, hi = _masked_min_max(work, mask, n)
+    if work.dtype != f64 and float(hi) > 80.0:
+        work = work.to(f64)  # e^r would overflow float32
+    e = torch.expm1(work)  # ratio - 1, accurate near 0
+    sum_r, sum_e = work.sum().to(f64), e.sum().to(f64)
+    far = torch.count_nonzero(e > far_threshold) + torch.count_nonzero(e < -far_threshold)
+    k3 = e.sub_(work).sum().to(f64) / n  # e^r - 1 - r >= 0 termwise: no cancellation in the sum
     return {
-        "kl_k1": scalar(-r64.sum() / n, logp_a),
-        "kl_k3": scalar((e - r64).sum() / n, logp_a),
-        "abs_dlogp_mean": scalar(r64.abs().sum() / n, logp_a),
-        "abs_dlogp_max": scalar(torch.maximum(hi.abs(), lo.abs()), logp_a),
-        "frac_far": scalar((e.abs() > far_threshold).sum().to(torch.float64) / n, logp_a),
-        "ratio_min": scalar(torch.exp(lo), logp_a),
-        "ratio_mean": scalar(1.0 + e.sum() / n, logp_a),
-        "ratio_max": scalar(torch.exp(hi), logp_a),
-        "log_ratio_min": scalar(lo, logp_a),
-        "log_ratio_max": scalar(hi, logp_a),
-        "n_tokens": scalar(float(n), logp_a),
+        "kl_k1": scalar(-sum_r / n, like),
+        "kl_k3": scalar(k3, like),
+        "abs_dlogp_mean": scalar(torch.linalg.vector_norm(work, 1).to(f64) / n, like),
+        "abs_dlogp_max": scalar(torch.maximum(hi.abs(), lo.abs()), like),
+        "frac_far": scalar(far.to(f64) / n, like),
+        "ratio_min": scalar(torch.exp(lo), like),
+        "ratio_mean": scalar(1.0 + sum_e / n, like),
+        "ratio_max": scalar(torch.exp(hi), like),
+        "log_ratio_min": scalar(lo, like),
+        "log_ratio_max": scalar(hi, like),
+        "n_tokens": scalar(float(n), like),
     }
+
+
+def _masked_min_max(r: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(min, max) of r over the counted entries, as float64 0-dim tensors, for r that is 0
+    outside the mask. The plain min/max is right unless it is that padding 0: a min < 0 or
+    a max > 0 is attained by a counted entry; only an exact 0 needs the masked pass."""
+    lo, hi = torch.aminmax(r)
+    if n < r.numel() and (float(lo) == 0.0 or float(hi) == 0.0):
+        lo = torch.where(mask, r, torch.full((), math.inf, dtype=r.dtype)).min()
+        hi = torch.where(mask, r, torch.full((), -math.inf, dtype=r.dtype)).max()
+    return lo.to(torch.float64), hi.to(torch.float64)
 
 
 def ess(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -86,15 +115,16 @@ def ess(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor
     check_finite(weights, "weights", mask)
     if bool(((weights < 0) & mask).any()):
         raise ValueError("`weights` must be >= 0 for an effective sample size")
-    return ess_unchecked(weights, mask)
+    return scalar(ess_unchecked(weights.detach().to(torch.float64), mask), weights)  # float64: no overflow of w²
 
 
-def ess_unchecked(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def ess_unchecked(weights: torch.Tensor, mask: torch.Tensor, *, zero_outside: bool = False) -> torch.Tensor:
     """`ess` without the input checks, for weights a correction has just built (finite,
-    >= 0, same shape as the bool mask): masked sums in float64, no boolean indexing."""
-    w = torch.where(mask, weights.detach(), torch.zeros((), dtype=weights.dtype)).to(torch.float64)
-    n = int(mask.sum())
-    sq = (w * w).sum()
+    >= 0, same shape as the bool mask); `zero_outside=True` promises they are already 0
+    outside the mask. Reductions without [B, T] temporaries (Σw² as a squared 2-norm)."""
+    w = weights.detach() if zero_outside else weights.detach().masked_fill(~mask, 0.0)
+    n = int(torch.count_nonzero(mask))
+    sq = torch.linalg.vector_norm(w, 2).to(torch.float64) ** 2
     if n == 0 or float(sq) == 0.0:
         return scalar(0.0, weights)
-    return scalar(w.sum() ** 2 / (n * sq), weights)
+    return scalar(w.sum().to(torch.float64) ** 2 / (n * sq), weights)

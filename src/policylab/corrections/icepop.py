@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ._common import check_band, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
-from .diagnostics import ess_unchecked, mismatch_stats
+from .diagnostics import ess_unchecked, log_ratio_stats
 
 
 def band_weight(
@@ -37,7 +37,7 @@ def band_weight(
     shared with online_icepop; bounds already validated)."""
     k = torch.exp(log_k)  # may be inf for a huge log_k: then it is out of band, never selected
     in_band = (k >= low) & (k <= high) & mask
-    return torch.where(in_band, k, torch.zeros_like(k)), in_band
+    return k.masked_fill_(~in_band, 0.0), in_band
 
 
 def icepop(
@@ -63,9 +63,9 @@ def icepop(
         "frac_masked": masked_fraction(~in_band, mask, w),
         "frac_masked_low": masked_fraction(k < low, mask, w),
         "frac_masked_high": masked_fraction(k > high, mask, w),
-        "weight_mean": masked_mean(w, mask, w),
-        "ess": ess_unchecked(w, mask),
-        **mismatch_stats(logp_old, logp_behavior, mask),
+        "weight_mean": masked_mean(w, mask, w, zero_outside=True),
+        "ess": ess_unchecked(w, mask, zero_outside=True),
+        **log_ratio_stats(log_k, mask, w),
     }
     return w, prefixed("icepop", metrics)
 

@@ -24,7 +24,7 @@ import math
 import torch
 
 from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
-from .diagnostics import ess_unchecked, mismatch_stats
+from .diagnostics import ess_unchecked, log_ratio_stats
 
 
 def tis(
@@ -45,11 +45,11 @@ def tis(
     log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)
     # min(k, C) = exp(min(log k, log C)): never forms an overflowing exp(log k).
     w = torch.exp(torch.clamp(log_k, max=math.log(cap)))
-    w = torch.where(mask, w, torch.zeros_like(w))
+    w.masked_fill_(~mask, 0.0)
     metrics = {
         "frac_capped": masked_fraction(log_k > math.log(cap), mask, w),
-        "weight_mean": masked_mean(w, mask, w),
-        "ess": ess_unchecked(w, mask),
-        **mismatch_stats(logp_old, logp_behavior, mask),
+        "weight_mean": masked_mean(w, mask, w, zero_outside=True),
+        "ess": ess_unchecked(w, mask, zero_outside=True),
+        **log_ratio_stats(log_k, mask, w),
     }
     return w, prefixed("tis", metrics)

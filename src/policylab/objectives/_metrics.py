@@ -169,10 +169,10 @@ def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None)
     ratio = ratio.detach()
     dtype, device = ratio.dtype, ratio.device
     zero = torch.zeros((), dtype=dtype, device=device)
-    n = mask.sum().clamp(min=1).to(dtype)  # empty mask: every count is 0, so 0 / 1 = 0
+    n = torch.count_nonzero(mask).clamp(min=1).to(dtype)  # empty mask: every count is 0, so 0 / 1 = 0
 
     def count(m: torch.Tensor | None) -> torch.Tensor:
-        return zero if m is None else (m & mask).sum().to(dtype)
+        return zero if m is None else torch.count_nonzero(m & mask).to(dtype)
 
     # masked reductions (no boolean indexing); an empty mask gives the identities +inf /
     # -inf of min / max and a mean of 0 / 1 = 0
