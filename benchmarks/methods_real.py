@@ -93,6 +93,14 @@ def main() -> None:
                      f"{r['steps']} | {r['optimizer_steps']} | "
                      f"{int(r['skipped'])} | {r['reward']} | {r['loss_policy']} | {r['grad_norm']} | "
                      f"{r['all_metrics_finite']} | {r['seconds']} |")
+    lines += ["", "A policy loss of 0.0 with a nonzero grad norm (grpo-style sequence-mean aggregation, one on-policy "
+                  "update) is expected: at ratio 1 the loss value is −mean(A), and group-centred advantages sum to "
+                  "0; the gradient Σ A ∇log π is not zero."]
+    same = [n for n in ("tis", "icepop", "minirl") if n in out]
+    if len(same) > 1 and len({json.dumps(out[n]["loss_policy"]) for n in same}) == 1:
+        lines += ["", f"{', '.join(same)} have identical rows: with no token above the TIS cap or outside the "
+                      "IcePop band, all three weight each token by the same engine ratio π_old/μ (their "
+                      "diagnostics in offpolicy.md show how rarely the cap and the band bind at this scale)."]
     (RESULTS / "methods_real.md").write_text("\n".join(lines) + "\n")
 
 

@@ -11,12 +11,24 @@ import dataclasses
 from .registry import REGISTRY
 
 _REAL = "kernel verified; 2 real optimizer steps on SmolLM2-135M-Instruct (benchmarks/results/methods_real.md)"
+_REAL3 = ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, finite metrics "
+          "(benchmarks/results/methods_real.md); no learning claim")
+_MISMATCH = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with the bf16 behavior engine: 8 steps "
+             "against the uncorrected run, same seed (benchmarks/results/offpolicy.md: the diagnostics show what "
+             "it weighted or masked; rewards within noise of the uncorrected run at this scale)")
+_STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with staleness 2: 8 steps against the "
+          "uncorrected run, same seed (benchmarks/results/offpolicy.md); no learning claim at this scale")
 
 EVIDENCE = {
     "grpo": "trained end to end on SmolLM2-135M-Instruct, single-digit + and x: held-out sampled accuracy "
             "17.0% -> 91.5% after 20 steps, 84.0% after 30 (quickstart, README)",
     **{name: _REAL for name in ("cispo", "dapo", "dr_grpo", "ggpo", "gmc", "gppo", "gppo_fdiv", "grpo_process",
                                 "gspo", "luspo", "ppo", "reinforce_pp")},
+    **{name: _REAL3 for name in ("remax", "ripo", "rloo", "tapo", "ttrl", "reinforce_pp_baseline")},
+    "vapo": ("kernel verified; in the trainer on SmolLM2-135M-Instruct: 1 value-pretraining step then 2 policy "
+             "steps, finite metrics (benchmarks/results/methods_real.md); no learning claim"),
+    **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
+    **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
 }
 
 
