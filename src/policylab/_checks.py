@@ -39,6 +39,18 @@ def check_finite(t: torch.Tensor, name: str, mask: torch.Tensor | None = None) -
         )
 
 
+def zero_outside(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None) -> torch.Tensor:
+    """`t` where `mask` is True, 0 elsewhere (an out-of-place, differentiable masking: the
+    gradient at masked positions is 0). When every entry of `t` is finite (one sum tells)
+    this is `t * mask_f` (`mask_f` = the mask as t's dtype, built here unless passed),
+    several times faster on CPU than `torch.where` with a bool condition; otherwise
+    `torch.where`, so NaN/inf in padding never survive (a product would turn them into
+    NaN). Masked entries may come out as -0.0, which compares and sums as 0."""
+    if bool(torch.isfinite(t.detach().sum())):
+        return t * (mask.to(t.dtype) if mask_f is None else mask_f)
+    return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
 def expand_adv(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Advantages given per sequence `[B]` broadcast to `[B, T]`; `[B, T]` passes through."""
     if adv.dim() == 1 and adv.shape[0] == like.shape[0]:

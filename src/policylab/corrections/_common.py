@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .._checks import check_finite, check_mask
+from .._checks import check_finite, check_mask, zero_outside
 from ..batch import HOW_TO_PRODUCE
 from ..errors import MissingQuantityError, ShapeError
 
@@ -59,7 +59,7 @@ def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -
     inf, can never reach an exp or a gradient)."""
     # NaN/inf at padding become NaN in the difference and are overwritten; the backward of
     # masked_fill sends 0 to those positions, so no NaN gradient either
-    return (num - den).masked_fill(~mask, 0.0)
+    return zero_outside(num - den, mask)
 
 
 def scalar(x: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_finite, check_mask, check_same_shape, expand_adv
+from .._checks import check_finite, check_mask, check_same_shape, expand_adv, zero_outside
 from ..errors import ShapeError
 
 DEFAULT_LOG_RATIO_CLAMP = 20.0
@@ -80,10 +80,11 @@ class TokenBatch:
     logp_old: torch.Tensor | None  # [B, T] detached
     adv: torch.Tensor              # [B, T] detached (a [B] input is broadcast)
     mask: torch.Tensor             # [B, T] bool, True = counts
+    mask_f: torch.Tensor | None = None  # the mask as logp's dtype (for fast masking products)
 
 
-def _zero_out(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
+def _zero_out(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None) -> torch.Tensor:
+    return zero_outside(t, mask, mask_f)
 
 
 def prepare(logp, logp_old, adv, mask) -> TokenBatch:
@@ -97,10 +98,13 @@ def prepare(logp, logp_old, adv, mask) -> TokenBatch:
     adv = expand_adv(adv, logp)
     check_finite(logp, "logp", mask)
     check_finite(adv, "adv", mask)
+    mf = mask.to(logp.dtype)
     if logp_old is not None:
         check_finite(logp_old, "logp_old", mask)
-        logp_old = _zero_out(logp_old.detach(), mask)
-    return TokenBatch(_zero_out(logp, mask), logp_old, _zero_out(adv.detach(), mask), mask)
+        logp_old = _zero_out(logp_old.detach(), mask, mf if logp_old.dtype == logp.dtype else None)
+    adv = adv.detach()
+    return TokenBatch(_zero_out(logp, mask, mf), logp_old, _zero_out(adv, mask, mf if adv.dtype == logp.dtype else None),
+                      mask, mf)
 
 
 def _is_number(x) -> bool:
@@ -164,7 +168,7 @@ def clip_regions(ratio, adv, mask, eps_low: float | None, eps_high: float) -> Re
     return Regions(low & pos, low & neg, high & pos, high & neg)
 
 
-def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None) -> dict:
+def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None, mask_f=None) -> dict:
     """The metric dict (keys `METRIC_KEYS`) over valid tokens; all detached 0-dim tensors."""
     ratio = ratio.detach()
     dtype, device = ratio.dtype, ratio.device
@@ -177,9 +181,17 @@ def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None)
     # masked reductions (no boolean indexing); an empty mask gives the identities +inf /
     # -inf of min / max and a mean of 0 / 1 = 0
     inf = torch.full((), math.inf, dtype=dtype, device=device)
-    lo = torch.where(mask, ratio, inf).min()
-    hi = torch.where(mask, ratio, -inf).max()
-    mean = torch.where(mask, ratio, zero).sum() / n
+    # masked reductions without torch.where (slow on CPU with a bool condition): every
+    # ratio-like quantity here is >= 0, so padding zeros never exceed the true max, and
+    # the min reads padding as the largest finite value instead
+    mf = mask_f if mask_f is not None and mask_f.dtype == dtype else mask.to(dtype)
+    masked = zero_outside(ratio, mask, mf)
+    mean = masked.sum() / n
+    if bool(mask.any()):
+        hi = masked.max()
+        lo = (masked + (1.0 - mf) * torch.finfo(dtype).max).min()
+    else:  # empty micro-batch: identities of min / max, nothing to average
+        lo, hi = inf, -inf
     return {
         "clip_frac": count(zeroed) / n,
         "clip_frac/low_pos": count(regions.low_pos) / n,

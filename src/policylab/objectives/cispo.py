@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import zero_outside
+
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
@@ -60,7 +62,7 @@ def cispo(
     ratio = log_ratio.detach().exp()
     lower = None if eps_low is None else 1.0 - eps_low
     weight = ratio.clamp(min=lower, max=1.0 + eps_high)
-    loss = torch.where(tb.mask, -weight * tb.adv * tb.logp, 0.0).to(logp.dtype)
+    loss = zero_outside(-weight * tb.adv * tb.logp, tb.mask, tb.mask_f).to(logp.dtype)
     reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
-    metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped)
+    metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped, mask_f=tb.mask_f)
     return loss, metrics

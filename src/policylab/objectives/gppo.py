@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import zero_outside
+
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
@@ -70,6 +72,6 @@ def gppo(
         reg.high_pos, (1.0 + eps_high) * carrier,
         torch.where(reg.low_neg, (1.0 - eps_low) * carrier, ratio),
     )
-    loss = torch.where(tb.mask, -eff * tb.adv, 0.0).to(logp.dtype)
+    loss = zero_outside(-eff * tb.adv, tb.mask, tb.mask_f).to(logp.dtype)
     metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped)
     return loss, metrics

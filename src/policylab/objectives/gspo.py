@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import zero_outside
+
 from ..errors import ShapeError
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
@@ -103,7 +105,7 @@ def gspo(
     low_neg = (a_seq < 0) & (s.detach() < 1.0 - eps_low)
     eff = torch.where(high_pos, 1.0 + eps_high, torch.where(low_neg, 1.0 - eps_low, s))
     loss_seq = -eff * a_seq  # [B]
-    loss = torch.where(tb.mask, loss_seq.unsqueeze(-1), 0.0).to(logp.dtype)
+    loss = zero_outside(loss_seq.unsqueeze(-1).expand_as(tb.logp), tb.mask).to(logp.dtype)
     s_tok = s.detach().unsqueeze(-1).expand_as(tb.logp)
     reg = clip_regions(s_tok, tb.adv, tb.mask, eps_low, eps_high)
     metrics = summarize(
@@ -137,7 +139,7 @@ def gspo_token(
     s_tok = s_tok_value * unit_carrier(d)
     reg = clip_regions(s_tok_value, tb.adv, tb.mask, eps_low, eps_high)
     eff = torch.where(reg.high_pos, 1.0 + eps_high, torch.where(reg.low_neg, 1.0 - eps_low, s_tok))
-    loss = torch.where(tb.mask, -eff * tb.adv, 0.0).to(logp.dtype)
+    loss = zero_outside(-eff * tb.adv, tb.mask, tb.mask_f).to(logp.dtype)
     metrics = summarize(
         s_tok_value, tb.mask, reg, zeroed=reg.low_neg | reg.high_pos,
         clamped=hit.unsqueeze(-1).expand_as(tb.mask),

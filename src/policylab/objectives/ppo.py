@@ -29,6 +29,8 @@ import math
 
 import torch
 
+from .._checks import zero_outside
+
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
@@ -81,9 +83,9 @@ def ppo_clip(
     if dual_clip is not None:
         dual = (tb.adv < 0) & tb.mask & (ratio.detach() > dual_clip)
         eff = torch.where(dual, float(dual_clip), eff)
-    loss = torch.where(tb.mask, -eff * tb.adv, 0.0).to(logp.dtype)
+    loss = zero_outside(-eff * tb.adv, tb.mask, tb.mask_f).to(logp.dtype)
     zeroed = reg.low_neg | reg.high_pos
     if dual is not None:
         zeroed = zeroed | dual
-    metrics = summarize(ratio, tb.mask, reg, zeroed=zeroed, dual=dual, clamped=clamped)
+    metrics = summarize(ratio, tb.mask, reg, zeroed=zeroed, dual=dual, clamped=clamped, mask_f=tb.mask_f)
     return loss, metrics
