@@ -168,30 +168,40 @@ def clip_regions(ratio, adv, mask, eps_low: float | None, eps_high: float) -> Re
     return Regions(low & pos, low & neg, high & pos, high & neg)
 
 
-def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None, mask_f=None) -> dict:
-    """The metric dict (keys `METRIC_KEYS`) over valid tokens; all detached 0-dim tensors."""
+def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None, mask_f=None,
+              pad_value: float | None = None) -> dict:
+    """The metric dict (keys `METRIC_KEYS`) over valid tokens; all detached 0-dim tensors.
+
+    `pad_value`: the value `ratio` is known to hold at every masked position (1.0 for
+    exp of a log-ratio zeroed there); it lets min / max skip the masked pass unless the
+    extreme equals it. Every ratio-like quantity here is >= 0."""
     ratio = ratio.detach()
     dtype, device = ratio.dtype, ratio.device
     zero = torch.zeros((), dtype=dtype, device=device)
-    n = torch.count_nonzero(mask).clamp(min=1).to(dtype)  # empty mask: every count is 0, so 0 / 1 = 0
+    n_valid = int(torch.count_nonzero(mask))
+    n = torch.tensor(float(max(n_valid, 1)), dtype=dtype, device=device)  # empty mask: counts 0, 0 / 1 = 0
 
     def count(m: torch.Tensor | None) -> torch.Tensor:
         return zero if m is None else torch.count_nonzero(m & mask).to(dtype)
 
-    # masked reductions (no boolean indexing); an empty mask gives the identities +inf /
-    # -inf of min / max and a mean of 0 / 1 = 0
+    # masked reductions without boolean indexing or torch.where (slow on CPU with a bool
+    # condition); an empty mask gives the identities +inf / -inf of min / max, mean 0
     inf = torch.full((), math.inf, dtype=dtype, device=device)
-    # masked reductions without torch.where (slow on CPU with a bool condition): every
-    # ratio-like quantity here is >= 0, so padding zeros never exceed the true max, and
-    # the min reads padding as the largest finite value instead
     mf = mask_f if mask_f is not None and mask_f.dtype == dtype else mask.to(dtype)
     masked = zero_outside(ratio, mask, mf)
     mean = masked.sum() / n
-    if bool(mask.any()):
-        hi = masked.max()
-        lo = (masked + (1.0 - mf) * torch.finfo(dtype).max).min()
-    else:  # empty micro-batch: identities of min / max, nothing to average
+    lo = hi = None
+    if n_valid == 0:
         lo, hi = inf, -inf
+    elif n_valid == mask.numel():
+        lo, hi = torch.aminmax(ratio)
+    elif pad_value is not None:
+        lo, hi = torch.aminmax(ratio)
+        if float(lo) == pad_value or float(hi) == pad_value:
+            lo = hi = None  # the extreme may be padding: exact pass below
+    if lo is None:
+        hi = masked.max()  # padding zeros never exceed a ratio >= 0
+        lo = (masked + (1.0 - mf) * torch.finfo(dtype).max).min()
     return {
         "clip_frac": count(zeroed) / n,
         "clip_frac/low_pos": count(regions.low_pos) / n,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import zero_outside
 
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
@@ -62,7 +61,7 @@ def cispo(
     ratio = log_ratio.detach().exp()
     lower = None if eps_low is None else 1.0 - eps_low
     weight = ratio.clamp(min=lower, max=1.0 + eps_high)
-    loss = zero_outside(-weight * tb.adv * tb.logp, tb.mask, tb.mask_f).to(logp.dtype)
+    loss = (-weight * tb.adv * tb.logp).to(logp.dtype)  # A and lp are 0 outside the mask, weight finite
     reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
-    metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped, mask_f=tb.mask_f)
+    metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped, mask_f=tb.mask_f, pad_value=1.0)
     return loss, metrics

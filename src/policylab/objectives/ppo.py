@@ -29,7 +29,6 @@ import math
 
 import torch
 
-from .._checks import zero_outside
 
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
@@ -83,9 +82,9 @@ def ppo_clip(
     if dual_clip is not None:
         dual = (tb.adv < 0) & tb.mask & (ratio.detach() > dual_clip)
         eff = torch.where(dual, float(dual_clip), eff)
-    loss = zero_outside(-eff * tb.adv, tb.mask, tb.mask_f).to(logp.dtype)
+    loss = (-eff * tb.adv).to(logp.dtype)  # A is 0 outside the mask and eff finite: 0 there
     zeroed = reg.low_neg | reg.high_pos
     if dual is not None:
         zeroed = zeroed | dual
-    metrics = summarize(ratio, tb.mask, reg, zeroed=zeroed, dual=dual, clamped=clamped, mask_f=tb.mask_f)
+    metrics = summarize(ratio, tb.mask, reg, zeroed=zeroed, dual=dual, clamped=clamped, mask_f=tb.mask_f, pad_value=1.0)
     return loss, metrics
