@@ -129,3 +129,53 @@ def test_fused_adamw_matches_the_reference_loop(tokenizer):
     for (k, va), vb in zip(_params(a).items(), _params(b).values()):
         assert float((va - start[k]).abs().max()) > 1e-3  # the weights moved
         torch.testing.assert_close(va, vb, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_zero_advantage_rows_left_out_give_the_same_update(tiny_model_dir, tmp_path, shared_prefix):
+    # rows with A = 0 everywhere add exactly 0 to a PPO-clip loss and its gradient; they
+    # still count in the normalizer, so leaving them out of the forward changes nothing
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", train={"dtype": "fp64"},
+                      rollout={"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 5})
+    tr = Trainer(cfg)
+    batch = tr.prepare(tr.collect()[0])
+    adv = torch.linspace(-1, 1, batch.size, dtype=torch.float64)
+    adv[[0, 1, 2, 3, 7]] = 0.0  # a whole group and one more row
+    start = _params(tr.model)
+    recipe = methods.get("grpo").with_params({"kl_coef": 0.0})
+    deltas, metrics = {}, {}
+    for skip in (False, True):
+        tr.model.load_state_dict(start)
+        opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
+        metrics[skip] = optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=3, dtype="fp64",
+                                       grad_clip=0.0, old_from_same_forward=True, L_norm=None,
+                                       shared_prefix=shared_prefix, skip_zero_adv=skip)
+        deltas[skip] = {k: v - start[k] for k, v in _params(tr.model).items()}
+    assert metrics[True]["train/rows_zero_adv_skipped"] == 5.0 and metrics[False]["train/rows_zero_adv_skipped"] == 0.0
+    assert metrics[True]["tokens"] == metrics[False]["tokens"]  # the normalizer's token count
+    assert metrics[True]["loss/policy"] == pytest.approx(metrics[False]["loss/policy"], rel=1e-12, abs=1e-15)
+    for k, d in deltas[False].items():
+        torch.testing.assert_close(deltas[True][k], d, rtol=1e-9, atol=1e-12)
+    assert max(float(d.abs().max()) for d in deltas[False].values()) > 1e-6
+
+
+def test_zero_advantage_rows_kept_when_another_term_needs_them(tiny_model_dir, tmp_path):
+    from policylab.methods import stages
+
+    # a KL term in the loss has a gradient on every row: nothing may be left out
+    kl = methods.get("grpo").with_params({"kl_coef": 0.04})
+    assert not stages.zero_advantage_rows_inert(kl)
+    assert stages.zero_advantage_rows_inert(methods.get("grpo").with_params({"kl_coef": 0.0}))
+    assert not stages.zero_advantage_rows_inert(methods.get("dapo").with_params({"entropy_coef": 0.01}))
+    # every row flat: a no-signal step, weights untouched (not an optimizer step on zero grads)
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", rollout={"prompts_per_step": 2, "group_size": 2,
+                                                                  "max_new_tokens": 4})
+    tr = Trainer(cfg)
+    batch = tr.prepare(tr.collect()[0])
+    start = _params(tr.model)
+    m = optimizer_step(tr.model, tr.optimizer, None, methods.get("grpo").with_params({"kl_coef": 0.0}), batch,
+                       torch.zeros(batch.size), micro_batch_size=2, dtype="fp32", grad_clip=1.0,
+                       old_from_same_forward=True, L_norm=None)
+    assert m["skipped_no_signal"] == 1.0 and m["train/rows_zero_adv_skipped"] == batch.size
+    for k, v in _params(tr.model).items():
+        assert torch.equal(v, start[k]), k

@@ -105,6 +105,7 @@ def optimizer_step(
     skip_nonfinite: bool = True,
     chunk_size: int | None = None,
     shared_prefix: bool = False,
+    skip_zero_adv: bool = True,
 ) -> dict[str, float]:
     """Accumulate gradients over micro-batches of `minibatch`, then step once.
 
@@ -114,7 +115,15 @@ def optimizer_step(
 
     `shared_prefix=True` computes each distinct prompt of the minibatch once
     (`policylab.prefix.SharedPrefix`) when at least two rows share one; micro-batches then
-    carry response tokens only. Same loss and gradient up to float rounding (tested)."""
+    carry response tokens only. Same loss and gradient up to float rounding (tested).
+
+    `skip_zero_adv=True` leaves out of the forward the rows whose advantage is 0 on every
+    counted token when that cannot change the update (`stages.zero_advantage_rows_inert`:
+    e.g. GRPO's all-equal groups without a KL or entropy term in the loss): they add
+    exactly 0 to loss and gradient, and still count in the normalizers. The metrics
+    (entropy, ratio statistics, clip fractions) then describe the rows that were trained;
+    `train/rows_zero_adv_skipped` counts the others. A minibatch with no other row is
+    skipped like a no-signal step."""
     if not old_from_same_forward:
         minibatch.require(recipe.name, "logp_old")
     terms = stages.term_masks(recipe, minibatch)
@@ -129,12 +138,23 @@ def optimizer_step(
         # no counted token anywhere: skip the step entirely (a zero-loss step would still
         # move the weights through weight decay and optimizer momentum)
         return {"skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": 0.0}
+    n_tokens = float(minibatch.loss_mask.sum())  # counted tokens (the skipped rows' included)
+    n_skipped = 0
+    if skip_zero_adv and stages.zero_advantage_rows_inert(recipe):
+        a2 = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(minibatch.loss_mask)
+        live = ((a2 != 0) & minibatch.loss_mask).any(-1)
+        n_skipped = int(minibatch.size - int(torch.count_nonzero(live)))
+        if n_skipped == minibatch.size:
+            return {"skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": n_tokens,
+                    "train/rows_zero_adv_skipped": float(n_skipped)}
+        if n_skipped:
+            rows = live.nonzero().squeeze(-1)
+            minibatch, adv = minibatch.select(rows), adv[rows]
     need_entropy = recipe.params.get("entropy_coef", 0.0) > 0
     acc = MetricAccumulator()
     optimizer.zero_grad(set_to_none=True)
     total = {name: 0.0 for name in terms}
     nonfinite = False
-    n_tokens = float(minibatch.loss_mask.sum())
     # micro-batches of similar lengths waste less compute on padding; the summed gradient
     # does not depend on the grouping (each part is divided by the global normalizer)
     lengths = minibatch.attention_mask.sum(-1)
@@ -191,6 +211,7 @@ def optimizer_step(
     out.update({f"loss/{k}": v for k, v in total.items()})
     out["grad_norm"] = grad_norm
     out["tokens"] = n_tokens
+    out["train/rows_zero_adv_skipped"] = float(n_skipped)
     if nonfinite and skip_nonfinite:
         optimizer.zero_grad(set_to_none=True)
         out["skipped_nonfinite"] = 1.0

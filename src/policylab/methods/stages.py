@@ -317,6 +317,26 @@ CORRECTIONS: dict[str, Callable] = {
 # --------------------------------------------------------------------------- the loss
 
 
+# objectives whose per-token loss is A x (a finite factor of the token's own ratio): a
+# sequence whose advantage is 0 on every counted token contributes exactly 0 to the loss
+# and to the gradient (row-local: no objective here couples rows)
+_A_PROPORTIONAL = frozenset({"ppo_clip", "cispo", "gppo", "gspo", "reinforce"})
+
+
+def zero_advantage_rows_inert(recipe: Recipe) -> bool:
+    """True when rows with A = 0 on every counted token can be left out of the training
+    forward without changing the update: an A-proportional objective, and no other loss
+    term (no KL in the loss, no entropy bonus, no NLL term). Their tokens still count in
+    the normalizers, which are computed over the whole minibatch first."""
+    p = recipe.params
+    return (
+        recipe.objective in _A_PROPORTIONAL
+        and not (recipe.kl is not None and recipe.kl.placement == "loss" and recipe.kl.coef != 0)
+        and not p.get("entropy_coef", 0.0)
+        and not p.get("nll_coef", 0.0)
+    )
+
+
 def term_masks(recipe: Recipe, mb: RolloutBatch) -> dict[str, tuple[torch.Tensor, str]]:
     """Each loss term's (mask, aggregation mode), for normalizers computed once per
     optimizer step over the whole minibatch."""
