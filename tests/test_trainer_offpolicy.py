@@ -12,7 +12,7 @@ from trainer_utils import tiny_config
 @pytest.mark.parametrize("engine", ["hf", "fast", "auto"])
 def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(tiny_model_dir, tmp_path, engine):
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="tis", method_params={},
-                      rollout={"engine_dtype": "bf16", "engine": engine})
+                      rollout={"engine_dtype": "bf16", "engine": engine, "group_size": 4})
     tr = Trainer(cfg)
     assert tr.engine.engine_name == ("hf-bf16" if engine == "hf" else "fast-bf16")
     m = tr.train_step()
