@@ -99,13 +99,17 @@ def gspo(
     """
     _checks(eps_low, eps_high, log_ratio_clamp, logp)
     tb = prepare(logp, logp_old, adv, mask)
-    a_seq = _sequence_adv(tb.adv, tb.mask)
+    if isinstance(adv, torch.Tensor) and adv.dim() == 1:  # one advantage per sequence already
+        has = tb.mask.any(dim=-1)
+        a_seq = torch.where(has, adv.detach(), torch.zeros((), dtype=adv.dtype)).to(tb.adv.dtype)
+    else:
+        a_seq = _sequence_adv(tb.adv, tb.mask)
     s, hit, _ = _sequence_ratio(tb, log_ratio_clamp)
     high_pos = (a_seq > 0) & (s.detach() > 1.0 + eps_high)
     low_neg = (a_seq < 0) & (s.detach() < 1.0 - eps_low)
     eff = torch.where(high_pos, 1.0 + eps_high, torch.where(low_neg, 1.0 - eps_low, s))
-    loss_seq = -eff * a_seq  # [B]
-    loss = zero_outside(loss_seq.unsqueeze(-1).expand_as(tb.logp), tb.mask).to(logp.dtype)
+    loss_seq = -eff * a_seq  # [B], finite (s is clamped in log space)
+    loss = (loss_seq.unsqueeze(-1) * tb.mask_f).to(logp.dtype)
     s_tok = s.detach().unsqueeze(-1).expand_as(tb.logp)
     reg = clip_regions(s_tok, tb.adv, tb.mask, eps_low, eps_high)
     metrics = summarize(
