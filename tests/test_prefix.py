@@ -226,3 +226,26 @@ def test_optimizer_step_metrics_equal_with_and_without_prefix(tiny_model_dir, tm
     assert m0.keys() == m1.keys() and m0["grad_norm"] > 0
     for k in m0:
         assert m1[k] == pytest.approx(m0[k], rel=1e-6, abs=1e-9), k
+
+
+def test_row_expansion_has_a_deterministic_backward():
+    # advanced indexing t[index] with repeated rows accumulates its gradient in a
+    # thread-dependent order on CPU (it made two identical real-model runs diverge);
+    # the prefix expansion must give bit-identical gradients on every repeat
+    from policylab.prefix import _rows_of
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 45, 64, requires_grad=True)  # a prefix key block: 4 prompts
+    index = torch.arange(4).repeat_interleave(8)[torch.randperm(32)]
+    g = torch.randn(32, 3, 45, 64)
+    grads = []
+    for _ in range(10):
+        x.grad = None
+        (_rows_of(x, index) * g).sum().backward()
+        grads.append(x.grad.clone())
+    assert all(torch.equal(gr, grads[0]) for gr in grads)
+    # and it is the sum of the repeated rows' gradients (naive loop)
+    ref = torch.zeros_like(x)
+    for r, i in enumerate(index.tolist()):
+        ref[i] += g[r]
+    torch.testing.assert_close(grads[0], ref, rtol=1e-6, atol=1e-5)

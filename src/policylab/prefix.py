@@ -78,7 +78,7 @@ class SharedPrefix:
             raise PolicylabError(f"micro-batch tokens have {tokens.shape[1]} columns, need > prompt width {self.P}")
         inv = self.inv[rows]
         kv, h = self._leaves[:-1], self._leaves[-1]
-        return _suffix_logprobs(model, [t[inv] for t in kv], h[inv], tokens, attention_mask, self.P,
+        return _suffix_logprobs(model, [_rows_of(t, inv) for t in kv], _rows_of(h, inv), tokens, attention_mask, self.P,
                                 sampling=sampling, with_entropy=with_entropy, mask=mask, chunk_size=chunk_size)
 
     def backward(self) -> None:
@@ -88,6 +88,15 @@ class SharedPrefix:
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         self._outs, self._leaves = [], []  # free the prefix graph
+
+
+def _rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` of `t` (repeats allowed), with a deterministic backward. `t[index]`
+    would accumulate the repeated rows' gradients with index_put_, whose CPU kernel sums
+    in a thread-dependent order: measured here, two identical training runs drifted apart
+    (weights 9e-6 apart after 2 steps, then different samples). index_select's backward
+    (index_add_) sums in a fixed order."""
+    return torch.index_select(t, 0, index)
 
 
 def _prefix(model, uniq: torch.Tensor, P: int):
