@@ -34,7 +34,7 @@ import torch
 from .errors import PolicylabError
 from .logprobs import _chunked, _finish, _split_head, _validate_settings
 
-__all__ = ["SharedPrefix", "distinct_prompts"]
+__all__ = ["SharedPrefix", "distinct_prompts", "shared_prefix_or_none"]
 
 
 def distinct_prompts(tokens: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
@@ -88,6 +88,15 @@ class SharedPrefix:
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         self._outs, self._leaves = [], []  # free the prefix graph
+
+
+def shared_prefix_or_none(model: torch.nn.Module, tokens: torch.Tensor, attention_mask: torch.Tensor,
+                          prompt_width: int) -> SharedPrefix | None:
+    """A `SharedPrefix` of the batch when at least two rows share a prompt, else None
+    (nothing to save: the caller runs the plain full forward)."""
+    if distinct_prompts(tokens, attention_mask, prompt_width)[0].shape[0] == tokens.shape[0]:
+        return None
+    return SharedPrefix(model, tokens, attention_mask, prompt_width)
 
 
 def _rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_chec
 from .config import ConfigError, RunConfig
 from .errors import PolicylabError
 from .logprobs import model_logprobs
-from .prefix import SharedPrefix, distinct_prompts
+from .prefix import shared_prefix_or_none
 from .methods import stages
 from .rollout import attach, keep_groups, merge, sampling_from, score
 from .trainer_support import (
@@ -207,10 +207,8 @@ class Trainer:
         mbs = self.cfg.train.micro_batch_size
         prefix = None
         if self.cfg.train.shared_prefix:
-            n_distinct = distinct_prompts(batch.tokens, batch.attention_mask, batch.prompt_width)[0].shape[0]
-            if n_distinct < batch.size:
-                with _autocast(self.cfg.train.dtype):
-                    prefix = SharedPrefix(model, batch.tokens, batch.attention_mask, batch.prompt_width)
+            with _autocast(self.cfg.train.dtype):
+                prefix = shared_prefix_or_none(model, batch.tokens, batch.attention_mask, batch.prompt_width)
         for idx in torch.arange(batch.size).split(mbs):
             mb = batch.select(idx)
             with _autocast(self.cfg.train.dtype):

@@ -20,7 +20,7 @@ from .batch import _BT_FIELDS, RolloutBatch
 from .logprobs import model_logprobs
 from .methods import stages
 from .methods.registry import Recipe
-from .prefix import SharedPrefix, distinct_prompts
+from .prefix import shared_prefix_or_none
 
 
 def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> tuple[RolloutBatch, torch.Tensor]:
@@ -159,10 +159,10 @@ def optimizer_step(
     # does not depend on the grouping (each part is divided by the global normalizer)
     lengths = minibatch.attention_mask.sum(-1)
     prefix = None
-    if shared_prefix and distinct_prompts(minibatch.tokens, minibatch.attention_mask,
-                                          minibatch.prompt_width)[0].shape[0] < minibatch.size:
+    if shared_prefix:
         with _autocast(dtype):
-            prefix = SharedPrefix(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
+            prefix = shared_prefix_or_none(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
+    if prefix is not None:
         lengths = minibatch.loss_mask.sum(-1)  # micro-batches then carry response tokens only
     for idx in torch.argsort(lengths, descending=True, stable=True).split(micro_batch_size):
         mb, mb_adv = trim(minibatch.select(idx), adv[idx], keep_prompt=prefix is not None)
