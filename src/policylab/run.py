@@ -63,7 +63,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None) -> dict:
     console.print(summary(trainer))
     if cfg.eval.before and "base" not in report and cfg.eval.n > 0:
         report["base"] = _eval(trainer, "base", console)
-        log.event(event="eval", **{f"eval/{k}": v for k, v in report["base"].items()})
+        log.event(event="eval", at_step=0, **{f"eval/{k}": v for k, v in report["base"].items()})
         _write_report(report_path, report)
     t_start = time.perf_counter()
     _loop(trainer, log, console)
@@ -71,7 +71,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None) -> dict:
     trainer.save()
     if cfg.eval.after and cfg.eval.n > 0:
         report["trained"] = _eval(trainer, "trained", console)
-        log.event(event="eval", **{f"eval/{k}": v for k, v in report["trained"].items()})
+        log.event(event="eval", at_step=trainer.step, **{f"eval/{k}": v for k, v in report["trained"].items()})
     report.update(method=cfg.method, model=cfg.model, steps=trainer.step, policy_version=trainer.policy_version)
     _write_report(report_path, report)
     write_plots(run_dir)

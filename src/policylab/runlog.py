@@ -63,13 +63,14 @@ class RunLog:
             self._tb.close()
 
 
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def read_metrics(path: Path) -> list[dict]:
     """Step rows of a metrics.jsonl; if a step was redone after a resume, the last row wins."""
     rows: dict[int, dict] = {}
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
+    for rec in _records(path):
         if "step" in rec:
             rows[rec["step"]] = rec
     return [rows[k] for k in sorted(rows)]
@@ -86,13 +87,17 @@ def write_plots(run_dir: Path) -> list[Path]:
     out = []
     if not rows:
         return out
+    # base / final held-out evaluations are events, placed at the step they describe
+    evals = [{**rec, "step": rec["at_step"]} for rec in _records(Path(run_dir) / "metrics.jsonl")
+             if rec.get("event") == "eval" and isinstance(rec.get("at_step"), int)]
     plot_dir = Path(run_dir) / "plots"
     plot_dir.mkdir(exist_ok=True)
     for fname, series in PLOTS.items():
         fig, ax = plt.subplots(figsize=(6, 3.5))
         drawn = False
         for key, label in series:
-            pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            src = rows + evals if key.startswith("eval/") else rows
+            pts = sorted((r["step"], r[key]) for r in src if isinstance(r.get(key), (int, float)))
             if pts:
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, ms=3, label=label)
