@@ -332,3 +332,27 @@ def test_model_logprobs_bad_inputs(tiny_model):
         model_logprobs(tiny_model, tokens, mask, P, sampling=s, mask=mask)
     with pytest.raises(ValueError, match="cannot split"):
         model_logprobs(torch.nn.Linear(2, 2), tokens, mask, P, sampling=s)
+
+
+def test_detached_entropy_equals_the_differentiable_one_without_a_graph():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 40, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 40, (3, 5))
+    for kw in ({}, {"top_k": 7}, {"top_p": 0.8}):
+        m = _kept_mask(logits, targets, **kw)  # score only targets the sampler could draw
+        lp1, ent1 = token_logprobs(logits, targets, with_entropy=True, mask=m, **kw)
+        lp2, ent2 = token_logprobs(logits, targets, with_entropy="detached", mask=m, **kw)
+        assert ent1.requires_grad and not ent2.requires_grad and lp2.requires_grad
+        assert torch.equal(ent1.detach(), ent2) and torch.isfinite(ent2).all()
+        # naive reference: -Σ p log p over the kept set
+        z = logits.detach()
+        keep = kept_set(z, **kw) if kw else torch.ones_like(z, dtype=torch.bool)
+        p = torch.softmax(z.masked_fill(~keep, float("-inf")), -1)
+        ref = -(p * torch.log(torch.where(keep, p, torch.ones_like(p)))).sum(-1)
+        assert m.any()
+        torch.testing.assert_close(ent2[m], ref[m])
+
+
+def _kept_mask(logits, targets, top_k=0, top_p=1.0):
+    keep = kept_set(logits.detach(), top_k=top_k, top_p=top_p)
+    return keep.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -18,7 +18,8 @@ order, with `min_tokens_to_keep=1`):
 `top_k=0` and `top_p=1.0` switch the truncations off (plain log-softmax of z).
 
 Entropy (`with_entropy=True`) is the entropy of that same sampling distribution,
-H = -sum_{v kept} p_v log p_v, in nats.
+H = -sum_{v kept} p_v log p_v, in nats; `with_entropy="detached"` returns the same values
+without a graph (a metric only: cheaper, and no gradient can reach it).
 
 Memory: the flattened B*T positions (not the vocabulary) are processed `chunk_size` rows at a time; when a
 gradient is needed each chunk is recomputed in the backward pass
@@ -85,7 +86,7 @@ def kept_set(z: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Te
 
 
 def _rows(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, with_entropy: bool
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, with_entropy: bool | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, V] -> (logp [N], entropy [N] or an empty tensor)."""
     z = logits.to(_compute_dtype(logits.dtype)) / temperature
@@ -95,10 +96,17 @@ def _rows(
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return logp, logp.new_empty(0)
-    # dropped tokens have p = 0 and logp = -inf: replace the -inf BEFORE the product, so
-    # that neither the value nor the gradient (0 * -inf) can become NaN
-    finite_logp = torch.where(torch.isneginf(logp_all), torch.zeros_like(logp_all), logp_all)
-    return logp, -(logp_all.exp() * finite_logp).sum(-1)
+    if with_entropy == "detached":  # a metric only: no graph kept for it
+        with torch.no_grad():
+            return logp, _entropy(logp_all.detach())
+    return logp, _entropy(logp_all)
+
+
+def _entropy(logp_all: torch.Tensor) -> torch.Tensor:
+    """-Σ p log p over the last dim. Dropped tokens have p = 0 and logp = -inf: the -inf is
+    replaced by 0 BEFORE the product (nan_to_num, whose gradient there is 0), so neither
+    the value nor the gradient (0 * -inf) can become NaN."""
+    return -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)
 
 
 def _chunked(
@@ -110,7 +118,7 @@ def _chunked(
     temperature: float,
     top_k: int,
     top_p: float,
-    with_entropy: bool,
+    with_entropy: bool | str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply `_rows` to chunks of N flattened positions.
 
@@ -143,7 +151,7 @@ def _finish(
     ent: torch.Tensor,
     targets: torch.Tensor,
     mask: torch.Tensor | None,
-    with_entropy: bool,
+    with_entropy: bool | str,
     settings: str,
 ):
     """Reshape, refuse -inf/NaN at counted positions, put 0 at uncounted ones."""
@@ -188,7 +196,7 @@ def token_logprobs(
     top_k: int = 0,
     top_p: float = 1.0,
     chunk_size: int | None = None,
-    with_entropy: bool = False,
+    with_entropy: bool | str = False,
     mask: torch.Tensor | None = None,
 ):
     """Log-prob of each target under the sampler's distribution, `[B, T]`.
@@ -241,7 +249,7 @@ def model_logprobs(
     *,
     sampling: SamplingSettings,
     chunk_size: int | None = None,
-    with_entropy: bool = False,
+    with_entropy: bool | str = False,
     response_only_logits: bool = True,
     mask: torch.Tensor | None = None,
 ):

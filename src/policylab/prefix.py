@@ -69,7 +69,7 @@ class SharedPrefix:
         self._leaves = [t.detach().requires_grad_(t.requires_grad) for t in self._outs]
 
     def logprobs(self, model, rows: torch.Tensor, tokens: torch.Tensor, attention_mask: torch.Tensor, *,
-                 sampling, with_entropy: bool = False, mask: torch.Tensor | None = None,
+                 sampling, with_entropy: bool | str = False, mask: torch.Tensor | None = None,
                  chunk_size: int | None = None):
         """`model_logprobs` of micro-batch `rows` (indices into the minibatch): tokens and
         attention_mask [R, P + T'] keep all P prompt columns; trailing columns that are

@@ -170,12 +170,12 @@ def optimizer_step(
             if prefix is not None:
                 logp, entropy = prefix.logprobs(
                     model, idx, mb.tokens, mb.attention_mask,
-                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True,
+                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True if need_entropy else "detached",
                 )
             else:
                 logp, entropy = model_logprobs(
                     model, mb.tokens, mb.attention_mask, mb.prompt_width,
-                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True,
+                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True if need_entropy else "detached",
                 )
         logp_old = logp.detach() if old_from_same_forward else mb.logp_old
         loss_mats, metrics = stages.loss_terms(
