@@ -51,3 +51,22 @@ def test_bad_conventions_and_group_ids_are_refused():
     g = Groups.of(torch.tensor([3, 3, 8]), 3)
     with pytest.raises(GroupError, match=r"group id\(s\) \[8\]"):
         g.refuse_singletons(torch.tensor([3, 3, 8]), "m", "why")
+
+
+def test_group_index_matches_unique_in_both_paths():
+    # small id range: the presence-table path; huge or negative-spanning range: torch.unique
+    from policylab._checks import group_index
+
+    g = torch.Generator().manual_seed(0)
+    cases = [
+        torch.tensor([7, 3, 7, 100, 3, -2]),                           # hand case: ids -2, 3, 7, 100
+        (torch.randperm(300, generator=g)[:40] * 3 - 50).repeat_interleave(4),
+        torch.tensor([10**12, 5, 10**12, -(10**11)]),                  # range far beyond the batch: unique
+        torch.tensor([4]),
+    ]
+    dense, n = group_index(cases[0])
+    assert dense.tolist() == [2, 1, 2, 3, 1, 0] and n == 4
+    for ids in cases:
+        uniq, ref = torch.unique(ids, return_inverse=True)
+        dense, n = group_index(ids)
+        assert torch.equal(dense, ref) and n == uniq.numel()

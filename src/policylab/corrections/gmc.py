@@ -26,7 +26,7 @@ import torch
 from .._checks import check_finite, group_index
 from ..errors import ShapeError
 from ._common import check_positive, prefixed, scalar
-from .diagnostics import ess
+from .diagnostics import ess_unchecked
 
 
 def gmc(
@@ -60,7 +60,7 @@ def gmc(
         "weight_min": scalar(w.min() if w.numel() else 0.0, w),
         "weight_mean": scalar(w.mean() if w.numel() else 0.0, w),
         "weight_max": scalar(w.max() if w.numel() else 0.0, w),
-        "ess_before": ess(w),
-        "ess_after": ess(capped),
+        "ess_before": ess_unchecked(w.to(torch.float64)),  # checked above: finite, >= 0
+        "ess_after": ess_unchecked(capped.to(torch.float64)),
     }
     return capped, prefixed("gmc", metrics)
