@@ -54,7 +54,7 @@ from ._metrics import (
 def _sequence_ratio(tb, clamp: float):
     """(s [B], clamped-hit [B], token log-ratio d [B, T]) from checked inputs."""
     d = tb.logp - tb.logp_old  # 0 at padding (inputs were zeroed there)
-    lengths = tb.mask.sum(dim=-1).clamp(min=1).to(d.dtype)
+    lengths = tb.mask_f.sum(dim=-1).clamp(min=1).to(d.dtype)  # the float mask prepare() built
     mean_lr = d.sum(dim=-1) / lengths
     hit = mean_lr.detach().abs() > clamp
     return mean_lr.clamp(-clamp, clamp).exp(), hit, d
