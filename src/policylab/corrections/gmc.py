@@ -53,13 +53,14 @@ def gmc(
     kappa = torch.where(over, cap / torch.where(over, mass, torch.ones_like(mass)), torch.ones_like(mass))
     capped = (kappa[dense] * w).detach()
     capped_mass = torch.zeros_like(mass).index_add_(0, dense, capped)
+    w_lo, w_hi = torch.aminmax(w) if w.numel() else (0.0, 0.0)
     metrics = {
         "frac_groups_capped": scalar(over.to(torch.float64).mean(), w),
         "max_group_mass": scalar(mass.max() if n_groups else 0.0, w),
         "max_group_mass_capped": scalar(capped_mass.max() if n_groups else 0.0, w),
-        "weight_min": scalar(w.min() if w.numel() else 0.0, w),
+        "weight_min": scalar(w_lo, w),
         "weight_mean": scalar(w.mean() if w.numel() else 0.0, w),
-        "weight_max": scalar(w.max() if w.numel() else 0.0, w),
+        "weight_max": scalar(w_hi, w),
         "ess_before": ess_unchecked(w.to(torch.float64)),  # checked above: finite, >= 0
         "ess_after": ess_unchecked(capped.to(torch.float64)),
     }
