@@ -81,6 +81,6 @@ def group_index(group: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor
             shifted = group - lo
             present[shifted] = True
             rank = torch.cumsum(present, 0) - 1
-            return rank[shifted], int(rank[-1]) + 1
+            return torch.index_select(rank, 0, shifted), int(rank[-1]) + 1
     uniq, dense = torch.unique(group, return_inverse=True)
     return dense, int(uniq.numel())

@@ -80,6 +80,11 @@ class Groups:
         """The index broadcast to the shape of `x` (for scatter_reduce)."""
         return self.dense.view(-1, *([1] * (x.dim() - 1))).expand_as(x)
 
+    def rows(self, per_group: torch.Tensor) -> torch.Tensor:
+        """[B, ...]: each row's entry of a per-group tensor [n, ...] (index_select: ~2x
+        faster than advanced indexing here)."""
+        return torch.index_select(per_group, 0, self.dense)
+
     def sum(self, x: torch.Tensor) -> torch.Tensor:
         """[n, ...] per-group sums of `x [B, ...]`."""
         return x.new_zeros((self.n, *x.shape[1:])).index_add_(0, self.dense, x)
@@ -99,8 +104,8 @@ class Groups:
     def centre(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(x - mean_g x, flat [n, ...]); members of a flat group get exactly 0."""
         flat = self.flat(x)
-        c = x - self.mean(x)[self.dense]
-        return torch.where(flat[self.dense], torch.zeros_like(c), c), flat
+        c = x - self.rows(self.mean(x))
+        return torch.where(self.rows(flat), torch.zeros_like(c), c), flat
 
     def spread(self, c: torch.Tensor, ddof: int) -> torch.Tensor:
         """[n, ...] std of centred values `c` with the given ddof (divisor clamped at 1)."""
@@ -112,8 +117,8 @@ class Groups:
         c, flat = self.centre(x)
         if ddof is None:
             return c
-        a = c / (self.spread(c, ddof)[self.dense] + eps)
-        return torch.where(flat[self.dense], torch.zeros_like(a), a)
+        a = c / (self.rows(self.spread(c, ddof)) + eps)
+        return torch.where(self.rows(flat), torch.zeros_like(a), a)
 
     def positions(self) -> tuple[torch.Tensor, int]:
         """(rank of each row inside its group [B], largest group size), for a padded
@@ -126,7 +131,7 @@ class Groups:
 
     def refuse_singletons(self, group: torch.Tensor, method: str, why: str) -> None:
         """GroupError naming the raw ids of every group of size 1."""
-        single = self.sizes[self.dense] == 1
+        single = self.rows(self.sizes) == 1
         if bool(single.any()):
             ids = torch.unique(group[single]).tolist()
             shown = ids[:10] + (["..."] if len(ids) > 10 else [])

@@ -26,5 +26,5 @@ def rloo(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     groups = Groups.of(group, rewards.shape[0])
     groups.refuse_singletons(group, "rloo", "the leave-one-out baseline needs K >= 2 samples per prompt")
     centred = groups.standardize(rewards.detach(), None, 0.0)
-    k = groups.sizes[groups.dense].to(rewards.dtype)
+    k = groups.rows(groups.sizes).to(rewards.dtype)
     return centred * (k / (k - 1))

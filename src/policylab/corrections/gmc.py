@@ -51,7 +51,7 @@ def gmc(
     mass = torch.zeros(n_groups, dtype=w.dtype, device=w.device).index_add_(0, dense, w)
     over = mass > cap
     kappa = torch.where(over, cap / torch.where(over, mass, torch.ones_like(mass)), torch.ones_like(mass))
-    capped = (kappa[dense] * w).detach()
+    capped = (torch.index_select(kappa, 0, dense) * w).detach()
     capped_mass = torch.zeros_like(mass).index_add_(0, dense, capped)
     w_lo, w_hi = torch.aminmax(w) if w.numel() else (0.0, 0.0)
     metrics = {
