@@ -254,3 +254,29 @@ def test_empty_mask_contributes_exactly_zero(gspo):
     assert m["clip_frac"].item() == 0 and m["log_ratio_clamped"].item() == 0
     assert m["ratio/min"].item() == float("inf") and m["ratio/max"].item() == float("-inf")
     assert not any(torch.isnan(v) for v in m.values())
+
+
+def test_row_level_metrics_equal_the_token_level_summary():
+    # GSPO's metrics come from per-row values (summarize_rows); they must equal the
+    # token-level summary of the sequence ratio broadcast over each row's valid tokens
+    from policylab.objectives._metrics import clip_regions, summarize, summarize_rows
+
+    g = torch.Generator().manual_seed(0)
+    B, T = 12, 7
+    mask = torch.arange(T)[None, :] < torch.randint(0, T + 1, (B, 1), generator=g)  # some rows empty
+    s = torch.exp(0.05 * torch.randn(B, generator=g, dtype=torch.float64))
+    s[0] = 1.0 + 0.2  # exactly on no bound; rows spread across all regions
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    adv[1] = 0.0
+    hit = torch.zeros(B, dtype=torch.bool)
+    hit[2] = True
+    eps_low, eps_high = 0.03, 0.04
+    s_tok = s.unsqueeze(-1).expand(B, T)
+    a_tok = torch.where(mask, adv.unsqueeze(-1).expand(B, T), torch.zeros(()))
+    reg = clip_regions(s_tok, a_tok, mask, eps_low, eps_high)
+    ref = summarize(s_tok, mask, reg, zeroed=reg.low_neg | reg.high_pos, clamped=hit.unsqueeze(-1).expand(B, T))
+    got = summarize_rows(s, mask.sum(-1), adv, eps_low, eps_high, clamped=hit)
+    assert got.keys() == ref.keys()
+    assert float(ref["clip_frac"]) > 0 and float(ref["clip_frac/high_neg"]) + float(ref["clip_frac/low_pos"]) > 0
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-12, atol=1e-12, msg=k)

@@ -87,8 +87,10 @@ def _zero_out(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None =
     return zero_outside(t, mask, mask_f)
 
 
-def prepare(logp, logp_old, adv, mask) -> TokenBatch:
-    """Validate the per-token inputs of an objective (logp_old may be None for REINFORCE)."""
+def prepare(logp, logp_old, adv, mask, *, zero_adv: bool = True) -> TokenBatch:
+    """Validate the per-token inputs of an objective (logp_old may be None for REINFORCE).
+    `zero_adv=False` (a caller that reads only its own per-sequence advantages) leaves
+    `adv` as the broadcast, unzeroed [B, T] view: one [B, T] product fewer."""
     check_mask(mask, "mask")
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
         raise ShapeError(f"`logp` must be a [B, T] tensor, got {getattr(logp, 'shape', type(logp))}")
@@ -103,8 +105,9 @@ def prepare(logp, logp_old, adv, mask) -> TokenBatch:
         check_finite(logp_old, "logp_old", mask)
         logp_old = _zero_out(logp_old.detach(), mask, mf if logp_old.dtype == logp.dtype else None)
     adv = adv.detach()
-    return TokenBatch(_zero_out(logp, mask, mf), logp_old, _zero_out(adv, mask, mf if adv.dtype == logp.dtype else None),
-                      mask, mf)
+    if zero_adv:
+        adv = _zero_out(adv, mask, mf if adv.dtype == logp.dtype else None)
+    return TokenBatch(_zero_out(logp, mask, mf), logp_old, adv, mask, mf)
 
 
 def _is_number(x) -> bool:
@@ -213,4 +216,44 @@ def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None,
         "ratio/mean": mean,
         "ratio/max": hi,
         "log_ratio_clamped": count(clamped),
+    }
+
+
+def summarize_rows(ratio: torch.Tensor, n_valid: torch.Tensor, adv: torch.Tensor, eps_low: float,
+                   eps_high: float, *, clamped: torch.Tensor) -> dict:
+    """`summarize` for a ratio and an advantage that are constant over each row's valid
+    tokens (sequence-level objectives: GSPO's s_i and A_i), from per-row values [B] and the
+    rows' valid-token counts [B]: every token-level count is a row flag times its count, so
+    no [B, T] tensor is built. Same keys and conventions as `summarize`, with the PPO
+    zeroing regions (low_neg + high_pos)."""
+    ratio, adv = ratio.detach(), adv.detach()
+    dtype, device = ratio.dtype, ratio.device
+    w = n_valid.to(dtype)
+    has = n_valid > 0
+    n = w.sum().clamp(min=1)
+    pos, neg = (adv > 0) & has, (adv < 0) & has
+    high = ratio > 1.0 + eps_high
+    low = ratio < 1.0 - eps_low
+
+    def count(m: torch.Tensor) -> torch.Tensor:
+        return (m.to(dtype) * w).sum()
+
+    inf = torch.full((), math.inf, dtype=dtype, device=device)
+    if bool(has.any()):
+        lo = torch.where(has, ratio, inf).min()
+        hi = torch.where(has, ratio, -inf).max()
+    else:
+        lo, hi = inf, -inf
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return {
+        "clip_frac": count((low & neg) | (high & pos)) / n,
+        "clip_frac/low_pos": count(low & pos) / n,
+        "clip_frac/low_neg": count(low & neg) / n,
+        "clip_frac/high_pos": count(high & pos) / n,
+        "clip_frac/high_neg": count(high & neg) / n,
+        "dual_clip_frac": zero,
+        "ratio/min": lo,
+        "ratio/mean": (ratio * w).sum() / n,
+        "ratio/max": hi,
+        "log_ratio_clamped": count(clamped & has),
     }

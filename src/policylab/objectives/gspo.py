@@ -47,14 +47,17 @@ from ._metrics import (
     clip_regions,
     prepare,
     summarize,
+    summarize_rows,
     unit_carrier,
 )
 
 
-def _sequence_ratio(tb, clamp: float):
+def _sequence_ratio(tb, clamp: float, n_valid: torch.Tensor | None = None):
     """(s [B], clamped-hit [B], token log-ratio d [B, T]) from checked inputs."""
     d = tb.logp - tb.logp_old  # 0 at padding (inputs were zeroed there)
-    lengths = tb.mask_f.sum(dim=-1).clamp(min=1).to(d.dtype)  # the float mask prepare() built
+    if n_valid is None:
+        n_valid = tb.mask_f.sum(dim=-1)
+    lengths = n_valid.clamp(min=1).to(d.dtype)
     mean_lr = d.sum(dim=-1) / lengths
     hit = mean_lr.detach().abs() > clamp
     return mean_lr.clamp(-clamp, clamp).exp(), hit, d
@@ -98,24 +101,21 @@ def gspo(
     (paper: 3e-4 / 4e-4). Metrics: see `objectives._metrics`; regions use s_i.
     """
     _checks(eps_low, eps_high, log_ratio_clamp, logp)
-    tb = prepare(logp, logp_old, adv, mask)
-    if isinstance(adv, torch.Tensor) and adv.dim() == 1:  # one advantage per sequence already
-        has = tb.mask.any(dim=-1)
-        a_seq = torch.where(has, adv.detach(), torch.zeros((), dtype=adv.dtype)).to(tb.adv.dtype)
+    per_seq = isinstance(adv, torch.Tensor) and adv.dim() == 1  # one advantage per sequence already
+    tb = prepare(logp, logp_old, adv, mask, zero_adv=not per_seq)
+    n_valid = tb.mask_f.sum(dim=-1)  # valid tokens per row, from the float mask prepare() built
+    if per_seq:
+        a_seq = torch.where(n_valid > 0, adv.detach(), torch.zeros((), dtype=adv.dtype)).to(tb.adv.dtype)
     else:
         a_seq = _sequence_adv(tb.adv, tb.mask)
-    s, hit, _ = _sequence_ratio(tb, log_ratio_clamp)
+    s, hit, _ = _sequence_ratio(tb, log_ratio_clamp, n_valid)
     high_pos = (a_seq > 0) & (s.detach() > 1.0 + eps_high)
     low_neg = (a_seq < 0) & (s.detach() < 1.0 - eps_low)
     eff = torch.where(high_pos, 1.0 + eps_high, torch.where(low_neg, 1.0 - eps_low, s))
     loss_seq = -eff * a_seq  # [B], finite (s is clamped in log space)
     loss = (loss_seq.unsqueeze(-1) * tb.mask_f).to(logp.dtype)
-    s_tok = s.detach().unsqueeze(-1).expand_as(tb.logp)
-    reg = clip_regions(s_tok, tb.adv, tb.mask, eps_low, eps_high)
-    metrics = summarize(
-        s_tok, tb.mask, reg, zeroed=reg.low_neg | reg.high_pos,
-        clamped=hit.unsqueeze(-1).expand_as(tb.mask),
-    )
+    # s_i and A_i are constant over each row: the token-level metrics from per-row values
+    metrics = summarize_rows(s, n_valid, a_seq, eps_low, eps_high, clamped=hit)
     return loss, metrics
 
 
