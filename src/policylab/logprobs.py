@@ -297,24 +297,35 @@ def model_logprobs(
         decoder, head, softcap = _split_head(model)
         out = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
         hidden = out.last_hidden_state[:, prompt_width - 1 :]
-        H = hidden.shape[-1]
-
-        def row_logits(h: torch.Tensor) -> torch.Tensor:
-            z = head(h)
-            return z if softcap is None else torch.tanh(z / softcap) * softcap
-
-        flat = hidden.reshape(-1, H)
-        lp, ent = _chunked(
-            row_logits, flat, targets.reshape(-1), flat.shape[0], chunk_size,
-            s.temperature, s.top_k, s.top_p, with_entropy,
-        )
-        settings = f"temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}"
-        return _finish(lp, ent, targets, mask, with_entropy, settings)
+        return logprobs_from_hidden(hidden, head, softcap, targets, mask, sampling=s, chunk_size=chunk_size,
+                                    with_entropy=with_entropy)
     logits = model(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False).logits
     return token_logprobs(
         logits[:, prompt_width - 1 :], targets, temperature=s.temperature, top_k=s.top_k,
         top_p=s.top_p, chunk_size=chunk_size, with_entropy=with_entropy, mask=mask,
     )
+
+
+def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targets: torch.Tensor,
+                         mask: torch.Tensor, *, sampling: SamplingSettings, chunk_size: int | None = None,
+                         with_entropy: bool | str = False):
+    """The response tail of `model_logprobs`: final hidden states [B, T, H] at the positions
+    that predict `targets` [B, T] -> the output head (with the softcap, if any), in
+    `chunk_size` chunks -> log-probs under `sampling`, 0 outside `mask` (and entropy).
+    Shared with the shared-prefix path (`policylab.prefix`)."""
+    s = sampling
+
+    def row_logits(h: torch.Tensor) -> torch.Tensor:
+        z = head(h)
+        return z if softcap is None else torch.tanh(z / softcap) * softcap
+
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    lp, ent = _chunked(
+        row_logits, flat, targets.reshape(-1), flat.shape[0], chunk_size,
+        s.temperature, s.top_k, s.top_p, with_entropy,
+    )
+    settings = f"temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}"
+    return _finish(lp, ent, targets, mask, with_entropy, settings)
 
 
 def _split_head(model: torch.nn.Module):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from .errors import PolicylabError
-from .logprobs import _chunked, _finish, _split_head, _validate_settings
+from .logprobs import _split_head, _validate_settings, logprobs_from_hidden
 
 __all__ = ["SharedPrefix", "distinct_prompts", "shared_prefix_or_none"]
 
@@ -58,11 +58,12 @@ class SharedPrefix:
     `backward()` is a no-op."""
 
     def __init__(self, model: torch.nn.Module, tokens: torch.Tensor, attention_mask: torch.Tensor,
-                 prompt_width: int):
+                 prompt_width: int, *, distinct: tuple[torch.Tensor, torch.Tensor] | None = None):
         P = prompt_width
         if not 1 <= P < tokens.shape[1]:
             raise PolicylabError(f"`prompt_width` must be in [1, {tokens.shape[1]}), got {P}")
-        uniq, self.inv = distinct_prompts(tokens, attention_mask, P)
+        # `distinct`: distinct_prompts(...) of these very tensors, when the caller has it
+        uniq, self.inv = distinct if distinct is not None else distinct_prompts(tokens, attention_mask, P)
         self.n_rows, self.n_distinct, self.P = tokens.shape[0], uniq.shape[0], P
         kv, h_last = _prefix(model, uniq, P)
         self._outs = kv + [h_last]
@@ -94,9 +95,10 @@ def shared_prefix_or_none(model: torch.nn.Module, tokens: torch.Tensor, attentio
                           prompt_width: int) -> SharedPrefix | None:
     """A `SharedPrefix` of the batch when at least two rows share a prompt, else None
     (nothing to save: the caller runs the plain full forward)."""
-    if distinct_prompts(tokens, attention_mask, prompt_width)[0].shape[0] == tokens.shape[0]:
+    distinct = distinct_prompts(tokens, attention_mask, prompt_width)
+    if distinct[0].shape[0] == tokens.shape[0]:
         return None
-    return SharedPrefix(model, tokens, attention_mask, prompt_width)
+    return SharedPrefix(model, tokens, attention_mask, prompt_width, distinct=distinct)
 
 
 def _rows_of(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -154,14 +156,5 @@ def _suffix_logprobs(model, kv, h_last, tokens, attention_mask, P, *, sampling, 
         suf = decoder(input_ids=tokens[:, P:-1], attention_mask=am.long(), position_ids=pos[:, P:],
                       cache=cache, use_cache=True)
         hidden = torch.cat([hidden, suf.last_hidden_state], dim=1)
-    H = hidden.shape[-1]
-
-    def row_logits(h: torch.Tensor) -> torch.Tensor:
-        z = head(h)
-        return z if softcap is None else torch.tanh(z / softcap) * softcap
-
-    flat = hidden.reshape(-1, H)
-    lp, ent = _chunked(row_logits, flat, targets.reshape(-1), flat.shape[0], chunk_size,
-                       s.temperature, s.top_k, s.top_p, with_entropy)
-    settings = f"temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}"
-    return _finish(lp, ent, targets, mask, with_entropy, settings)
+    return logprobs_from_hidden(hidden, head, softcap, targets, mask, sampling=sampling, chunk_size=chunk_size,
+                                with_entropy=with_entropy)

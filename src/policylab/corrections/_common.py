@@ -57,8 +57,8 @@ def check_band(low: float, high: float) -> tuple[float, float]:
 def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """num - den where the mask counts, exactly 0 elsewhere (so padding garbage, NaN or
     inf, can never reach an exp or a gradient)."""
-    # NaN/inf at padding become NaN in the difference and are overwritten; the backward of
-    # masked_fill sends 0 to those positions, so no NaN gradient either
+    # NaN/inf at padding become NaN/inf in the difference; zero_outside then masks with
+    # torch.where, whose backward sends 0 to those positions: no NaN gradient either
     return zero_outside(num - den, mask)
 
 

@@ -83,10 +83,6 @@ class TokenBatch:
     mask_f: torch.Tensor | None = None  # the mask as logp's dtype (for fast masking products)
 
 
-def _zero_out(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None) -> torch.Tensor:
-    return zero_outside(t, mask, mask_f)
-
-
 def prepare(logp, logp_old, adv, mask, *, zero_adv: bool = True) -> TokenBatch:
     """Validate the per-token inputs of an objective (logp_old may be None for REINFORCE).
     `zero_adv=False` (a caller that reads only its own per-sequence advantages) leaves
@@ -103,11 +99,11 @@ def prepare(logp, logp_old, adv, mask, *, zero_adv: bool = True) -> TokenBatch:
     mf = mask.to(logp.dtype)
     if logp_old is not None:
         check_finite(logp_old, "logp_old", mask)
-        logp_old = _zero_out(logp_old.detach(), mask, mf if logp_old.dtype == logp.dtype else None)
+        logp_old = zero_outside(logp_old.detach(), mask, mf if logp_old.dtype == logp.dtype else None)
     adv = adv.detach()
     if zero_adv:
-        adv = _zero_out(adv, mask, mf if adv.dtype == logp.dtype else None)
-    return TokenBatch(_zero_out(logp, mask, mf), logp_old, adv, mask, mf)
+        adv = zero_outside(adv, mask, mf if adv.dtype == logp.dtype else None)
+    return TokenBatch(zero_outside(logp, mask, mf), logp_old, adv, mask, mf)
 
 
 def _is_number(x) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import torch
 
-
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,

@@ -32,7 +32,6 @@ from __future__ import annotations
 import torch
 
 from .._checks import zero_outside
-
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,

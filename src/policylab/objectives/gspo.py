@@ -38,7 +38,6 @@ from __future__ import annotations
 import torch
 
 from .._checks import zero_outside
-
 from ..errors import ShapeError
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,

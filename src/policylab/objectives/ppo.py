@@ -29,7 +29,6 @@ import math
 
 import torch
 
-
 from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
