@@ -16,12 +16,14 @@ from ..batch import HOW_TO_PRODUCE
 from ..errors import MissingQuantityError, ShapeError
 
 
-def check_roles(method: str, mask: torch.Tensor, **roles: torch.Tensor | None) -> None:
+def check_roles(method: str, mask: torch.Tensor, **roles: torch.Tensor | None) -> bool:
     """Each role tensor is present, floating point, shaped like the bool `mask` [B, T],
-    and finite at the positions the mask counts."""
+    and finite at the positions the mask counts. Returns True when every entry of every
+    role is finite (padding included), so a caller may mask with products."""
     check_mask(mask, "mask")
     if mask.dim() != 2:
         raise ShapeError(f"`mask` must be [B, T], got {tuple(mask.shape)}")
+    finite = True
     for name, t in roles.items():
         if t is None:
             how = HOW_TO_PRODUCE.get(name, f"Provide `{name}` explicitly; it is never inferred.")
@@ -33,7 +35,8 @@ def check_roles(method: str, mask: torch.Tensor, **roles: torch.Tensor | None) -
             raise ShapeError(
                 f"`{name}` has shape {tuple(t.shape)} but `mask` has {tuple(mask.shape)}"
             )
-        check_finite(t, name, mask)
+        finite = check_finite(t, name, mask) and finite
+    return finite
 
 
 def check_positive(name: str, value: float, *, allow_inf: bool = False) -> float:
@@ -54,12 +57,16 @@ def check_band(low: float, high: float) -> tuple[float, float]:
     return lo, hi
 
 
-def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
+                     mask_f: torch.Tensor | None = None, *, finite: bool | None = None) -> torch.Tensor:
     """num - den where the mask counts, exactly 0 elsewhere (so padding garbage, NaN or
-    inf, can never reach an exp or a gradient)."""
+    inf, can never reach an exp or a gradient). `finite=True` (from `check_roles`) and the
+    float mask `mask_f` let it be one product, without another finiteness pass."""
     # NaN/inf at padding become NaN/inf in the difference; zero_outside then masks with
     # torch.where, whose backward sends 0 to those positions: no NaN gradient either
-    return zero_outside(num - den, mask)
+    d = num - den
+    mf = mask_f if mask_f is not None and mask_f.dtype == d.dtype else None
+    return zero_outside(d, mask, mf, finite=finite)
 
 
 def scalar(x: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
@@ -77,6 +84,12 @@ def masked_fraction(flag: torch.Tensor, mask: torch.Tensor, like: torch.Tensor) 
     return scalar(frac, like)
 
 
+def fraction(count: torch.Tensor | float, n: int, like: torch.Tensor) -> torch.Tensor:
+    """count / n as a detached metric (0 when n is 0)."""
+    c = count.to(torch.float64) if isinstance(count, torch.Tensor) else float(count)
+    return scalar(c / max(n, 1), like)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
                 zero_outside: bool = False) -> torch.Tensor:
     """Mean of `x` over the counted positions (0 when nothing counts), as a detached
@@ -86,6 +99,20 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
     x = x.detach()
     total = x.sum() if zero_outside else torch.where(mask, x, torch.zeros((), dtype=x.dtype)).sum()
     return scalar(total.to(torch.float64) / n.clamp_min(1).to(torch.float64), like)
+
+
+def band_sides(x: torch.Tensor, low: float, high: float, mask_f: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where a detached `x` [B, T] lies against the band [low, high] (bounds inclusive):
+    (side [B, T] = +1 above, −1 below, 0 inside or where `mask_f` is 0; number above;
+    number below). No bool [B, T] mask: sign(x − clip(x)) and two sums."""
+    side = torch.sub(x, x.clamp(low, high)).sign_()
+    if mask_f is not None:
+        side.mul_(mask_f)
+    flat = side.view(-1)
+    net = flat.sum()  # above − below
+    both = torch.dot(flat, flat)  # above + below (side² = |side| for values in {−1, 0, 1})
+    return side, (both + net) * 0.5, (both - net) * 0.5
 
 
 def prefixed(prefix: str, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

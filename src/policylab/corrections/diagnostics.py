@@ -52,35 +52,41 @@ _KEYS = ("kl_k1", "kl_k3", "abs_dlogp_mean", "abs_dlogp_max", "frac_far",
 
 
 def log_ratio_stats(r: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
-                    far_threshold: float = 0.2) -> dict[str, torch.Tensor]:
+                    far_threshold: float = 0.2, n: int | None = None) -> dict[str, torch.Tensor]:
     """`mismatch_stats` from a log-ratio r = lp_a - lp_b that is exactly 0 outside the
-    mask (as `masked_log_ratio` makes it), for corrections that already computed it.
+    mask (as `masked_log_ratio` makes it), for corrections that already computed it
+    (`n` = number of counted positions, if the caller has it).
 
-    Masked reductions, no boolean indexing and as few [B, T] temporaries as possible (each
-    costs a page-faulting allocation at this size): zeros outside the mask add nothing to
-    the sums of r, |r|, expm1(r) and expm1(r) − r. Elementwise work runs in float64 for
-    float64 input or when max r > 80 (e^r would overflow float32), else in float32 (a
-    diagnostic: ~1e-7 relative error per term, sums of same-sign terms for kl_k3)."""
-    n = int(torch.count_nonzero(mask))
+    Masked reductions, no boolean indexing and two [B, T] temporaries (each costs a
+    page-faulting allocation at this size): zeros outside the mask add nothing to the sums
+    of r, |r|, expm1(r) and expm1(r) − r, and are never "far". Elementwise work runs in
+    float64 for float64 input or when max r > 80 (e^r would overflow float32), else in
+    float32 (a diagnostic: ~1e-7 relative error per term, sums of same-sign terms for kl_k3)."""
+    if n is None:
+        n = int(torch.count_nonzero(mask))
     if n == 0:
         out = {k: scalar(0.0, like) for k in _KEYS}
         out["n_tokens"] = scalar(0.0, like)
         return out
     f64 = torch.float64
-    work = r if r.dtype == f64 else r.float()
+    work = r.detach()
+    work = work if work.dtype == f64 else work.float()
     lo, hi = _masked_min_max(work, mask, n)
     if work.dtype != f64 and float(hi) > 80.0:
         work = work.to(f64)  # e^r would overflow float32
+    scratch = torch.abs(work)
+    sum_abs = scratch.sum().to(f64)
     e = torch.expm1(work)  # ratio - 1, accurate near 0
     sum_r, sum_e = work.sum().to(f64), e.sum().to(f64)
-    far = torch.count_nonzero(e > far_threshold) + torch.count_nonzero(e < -far_threshold)
+    # |e| > far_threshold, strictly: sign(max(|e| − threshold, 0)) is 1 there, 0 elsewhere
+    far = torch.abs(e, out=scratch).sub_(far_threshold).clamp_(min=0).sign_().sum().to(f64)
     k3 = e.sub_(work).sum().to(f64) / n  # e^r - 1 - r >= 0 termwise: no cancellation in the sum
     return {
         "kl_k1": scalar(-sum_r / n, like),
         "kl_k3": scalar(k3, like),
-        "abs_dlogp_mean": scalar(torch.linalg.vector_norm(work, 1).to(f64) / n, like),
+        "abs_dlogp_mean": scalar(sum_abs / n, like),
         "abs_dlogp_max": scalar(torch.maximum(hi.abs(), lo.abs()), like),
-        "frac_far": scalar(far.to(f64) / n, like),
+        "frac_far": scalar(far / n, like),
         "ratio_min": scalar(torch.exp(lo), like),
         "ratio_mean": scalar(1.0 + sum_e / n, like),
         "ratio_max": scalar(torch.exp(hi), like),
@@ -116,6 +122,15 @@ def ess(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor
     if bool(((weights < 0) & mask).any()):
         raise ValueError("`weights` must be >= 0 for an effective sample size")
     return scalar(ess_unchecked(weights.detach().to(torch.float64), mask), weights)  # float64: no overflow of w²
+
+
+def ess_from_sums(total: torch.Tensor, weights: torch.Tensor, n: int) -> torch.Tensor:
+    """`ess` from Σw (already computed by the caller) and weights that are >= 0, finite and
+    0 outside the mask, with n counted entries; Σw² as a squared 2-norm (no overflow)."""
+    sq = torch.linalg.vector_norm(weights.detach(), 2).to(torch.float64) ** 2
+    if n == 0 or float(sq) == 0.0:
+        return scalar(0.0, weights)
+    return scalar(total.to(torch.float64) ** 2 / (n * sq), weights)
 
 
 def ess_unchecked(weights: torch.Tensor, mask: torch.Tensor | None = None, *,

@@ -24,10 +24,13 @@ the live `logp`: a token with k = 1 is kept whatever its policy ratio ρ.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ._common import check_band, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
-from .diagnostics import ess_unchecked, log_ratio_stats
+from .._checks import count_true, float_mask
+from ._common import band_sides, check_band, check_roles, fraction, masked_log_ratio, prefixed
+from .diagnostics import ess_from_sums, log_ratio_stats
 
 
 def band_weight(
@@ -54,18 +57,29 @@ def icepop(
     required). Returns (weights [B, T] detached; metrics: fraction masked below / above /
     total among counted tokens, ESS of the weights, raw ratio statistics).
     """
-    check_roles("icepop", mask, logp_old=logp_old, logp_behavior=logp_behavior)
+    finite = check_roles("icepop", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     low, high = check_band(low, high)
-    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)
-    w, in_band = band_weight(log_k, mask, low, high)
-    k = torch.exp(log_k)
+    mf = float_mask(mask, logp_old.dtype)
+    n = int(count_true(mask, mf))
+    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, mf, finite=finite)
+    stats = log_ratio_stats(log_k, mask, log_k, n=n)
+    # k, with log k capped just above log(high): every k above the band stays above it and
+    # finite (an inf would turn the product below into NaN); values in or below the band
+    # are untouched
+    w = (log_k.clamp(max=math.log(high) + 1.0) if math.isfinite(high) else log_k.clone()).exp_()
+    mfw = mf if mf.dtype == w.dtype else float_mask(mask, w.dtype)
+    # side: +1 above the band, −1 below, 0 inside and at masked positions
+    side, n_high, n_low = band_sides(w, low, high, mfw)
+    # M(k) = k inside the band, 0 outside: k · (1 − |side|) · mask
+    w.mul_(side.abs_().neg_().add_(1.0)).mul_(mfw)
+    total = w.sum()
     metrics = {
-        "frac_masked": masked_fraction(~in_band, mask, w),
-        "frac_masked_low": masked_fraction(k < low, mask, w),
-        "frac_masked_high": masked_fraction(k > high, mask, w),
-        "weight_mean": masked_mean(w, mask, w, zero_outside=True),
-        "ess": ess_unchecked(w, mask, zero_outside=True),
-        **log_ratio_stats(log_k, mask, w),
+        "frac_masked": fraction(n_low + n_high, n, w),
+        "frac_masked_low": fraction(n_low, n, w),
+        "frac_masked_high": fraction(n_high, n, w),
+        "weight_mean": fraction(total, n, w),
+        "ess": ess_from_sums(total, w, n),
+        **stats,
     }
     return w, prefixed("icepop", metrics)
 

@@ -23,8 +23,9 @@ import math
 
 import torch
 
-from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
-from .diagnostics import ess_unchecked, log_ratio_stats
+from .._checks import count_true, float_mask
+from ._common import check_positive, check_roles, fraction, masked_log_ratio, prefixed
+from .diagnostics import ess_from_sums, log_ratio_stats
 
 
 def tis(
@@ -40,16 +41,26 @@ def tis(
     Returns (weights [B, T] detached, 0 where mask is False; metrics with the fraction of
     tokens truncated (k > cap, strict), the weights' ESS and the raw ratio statistics).
     """
-    check_roles("tis", mask, logp_old=logp_old, logp_behavior=logp_behavior)
+    finite = check_roles("tis", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     cap = check_positive("cap", cap, allow_inf=True)
-    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)
+    log_cap = math.log(cap)
+    mf = float_mask(mask, logp_old.dtype)
+    n = int(count_true(mask, mf))
+    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, mf, finite=finite)
     # min(k, C) = exp(min(log k, log C)): never forms an overflowing exp(log k).
-    w = torch.exp(torch.clamp(log_k, max=math.log(cap)))
-    w.masked_fill_(~mask, 0.0)
+    w = torch.clamp(log_k, max=log_cap).exp_()
+    w.mul_(mf if mf.dtype == w.dtype else float_mask(mask, w.dtype))  # 0 where the mask is False
+    stats = log_ratio_stats(log_k, mask, w, n=n)
+    if float(stats["log_ratio_max"]) <= log_cap:
+        capped = 0.0  # nothing above the cap (the common case): no counting pass
+    else:  # log k > log C, strictly; padding holds log k = 0, counted only if C < 1
+        above = (log_k - log_cap).clamp_(min=0).sign_()
+        capped = torch.dot(above.view(-1), float_mask(mask, above.dtype).view(-1))
+    total = w.sum()
     metrics = {
-        "frac_capped": masked_fraction(log_k > math.log(cap), mask, w),
-        "weight_mean": masked_mean(w, mask, w, zero_outside=True),
-        "ess": ess_unchecked(w, mask, zero_outside=True),
-        **log_ratio_stats(log_k, mask, w),
+        "frac_capped": fraction(capped, n, w),
+        "weight_mean": fraction(total, n, w),
+        "ess": ess_from_sums(total, w, n),
+        **stats,
     }
     return w, prefixed("tis", metrics)

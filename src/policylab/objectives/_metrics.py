@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
-from .._checks import check_finite, check_mask, check_same_shape, expand_adv, zero_outside
-from ..errors import ShapeError
+from .._checks import check_finite, check_mask, check_same_shape, count_true, expand_adv, float_mask, zero_outside
+from ..errors import NonFiniteError, ShapeError
 
 DEFAULT_LOG_RATIO_CLAMP = 20.0
 
@@ -71,39 +72,92 @@ METRIC_KEYS = (
 )
 
 
-@dataclass(frozen=True)
 class TokenBatch:
-    """Checked inputs. Entries at masked positions are replaced by 0 (so NaN/inf in padding
-    never reach a value or a gradient); `logp_old` and `adv` are detached."""
+    """Checked inputs of an objective. `logp_old` and `adv` are detached. The zeroed
+    tensors (`logp`, `logp_old`, `adv` [B, T], entries at masked positions replaced by 0 so
+    NaN/inf in padding never reach a value or a gradient) are built on first use: a kernel
+    that only needs the masked log-ratio and per-row advantages never pays for them."""
 
-    logp: torch.Tensor             # [B, T] differentiable
-    logp_old: torch.Tensor | None  # [B, T] detached
-    adv: torch.Tensor              # [B, T] detached (a [B] input is broadcast)
-    mask: torch.Tensor             # [B, T] bool, True = counts
-    mask_f: torch.Tensor | None = None  # the mask as logp's dtype (for fast masking products)
+    def __init__(self, logp, logp_old, adv, mask, finite: dict[str, bool]):
+        self._logp, self._logp_old, self._adv, self._finite = logp, logp_old, adv, finite
+        self.mask = mask
+        self.mask_f = float_mask(mask, logp.dtype)  # [B, T] 0/1 in logp's dtype
+        # advantages given per sequence [B] (None when they are per token)
+        self.adv_row = adv if adv.dim() == 1 else None
+
+    def _zeroed(self, t, name):
+        mf = self.mask_f if t.dtype == self.mask_f.dtype else None
+        return zero_outside(t, self.mask, mf, finite=self._finite[name])
+
+    @cached_property
+    def logp(self) -> torch.Tensor:
+        """[B, T] differentiable, 0 at masked positions."""
+        return self._zeroed(self._logp, "logp")
+
+    @cached_property
+    def logp_old(self) -> torch.Tensor | None:
+        """[B, T] detached, 0 at masked positions (None for REINFORCE)."""
+        return None if self._logp_old is None else self._zeroed(self._logp_old, "logp_old")
+
+    @cached_property
+    def adv(self) -> torch.Tensor:
+        """[B, T] detached (a [B] input broadcast over the row), 0 at masked positions."""
+        if self.adv_row is not None:
+            return self.masked_row(self.adv_row)
+        return self._zeroed(self._adv, "adv")
+
+    @cached_property
+    def n_valid(self) -> int:
+        return int(count_true(self.mask, self.mask_f))
+
+    @property
+    def logp_for_product(self) -> torch.Tensor:
+        """`logp` itself when every entry is finite (for a caller that multiplies it by a
+        factor that is 0 at masked positions: value and gradient are 0 there), else the
+        zeroed `logp`, so NaN/inf in padding never meet that product."""
+        return self._logp if self._finite["logp"] else self.logp
+
+    def masked_row(self, row: torch.Tensor) -> torch.Tensor:
+        """[B, T]: a per-row value [B] on the row's counted positions, 0 elsewhere."""
+        r = row.unsqueeze(-1)
+        return r * (self.mask_f if r.dtype == self.mask_f.dtype else float_mask(self.mask, r.dtype))
+
+    def log_ratio(self) -> torch.Tensor:
+        """lp − lp_old at the counted positions, exactly 0 elsewhere; differentiable in lp
+        only. With finite inputs one product by the float mask, no zeroed copies."""
+        if self._finite["logp"] and self._finite["logp_old"]:
+            return (self._logp - self._logp_old) * self.mask_f
+        return self.logp - self.logp_old
 
 
-def prepare(logp, logp_old, adv, mask, *, zero_adv: bool = True) -> TokenBatch:
-    """Validate the per-token inputs of an objective (logp_old may be None for REINFORCE).
-    `zero_adv=False` (a caller that reads only its own per-sequence advantages) leaves
-    `adv` as the broadcast, unzeroed [B, T] view: one [B, T] product fewer."""
+def prepare(logp, logp_old, adv, mask) -> TokenBatch:
+    """Validate the per-token inputs of an objective (logp_old may be None for REINFORCE):
+    shapes, a bool mask, no NaN/inf at counted positions (padding may hold anything)."""
     check_mask(mask, "mask")
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
         raise ShapeError(f"`logp` must be a [B, T] tensor, got {getattr(logp, 'shape', type(logp))}")
     check_same_shape("logp", logp, logp_old=logp_old, mask=mask)
     if not isinstance(adv, torch.Tensor):
         raise ShapeError(f"`adv` must be a tensor [B] or [B, T], got {type(adv).__name__}")
-    adv = expand_adv(adv, logp)
-    check_finite(logp, "logp", mask)
-    check_finite(adv, "adv", mask)
-    mf = mask.to(logp.dtype)
-    if logp_old is not None:
-        check_finite(logp_old, "logp_old", mask)
-        logp_old = zero_outside(logp_old.detach(), mask, mf if logp_old.dtype == logp.dtype else None)
+    expand_adv(adv, logp)  # shape check: [B] or [B, T]
     adv = adv.detach()
-    if zero_adv:
-        adv = zero_outside(adv, mask, mf if adv.dtype == logp.dtype else None)
-    return TokenBatch(zero_outside(logp, mask, mf), logp_old, adv, mask, mf)
+    finite = {"logp": check_finite(logp, "logp", mask)}
+    if adv.dim() == 1:
+        if not bool(torch.isfinite(adv.sum())):
+            # a row without a counted token may hold anything: it never reaches a counted position
+            has = mask.any(dim=-1) if mask.numel() else mask.new_zeros(adv.shape)
+            bad = ~torch.isfinite(adv) & has
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                raise NonFiniteError(f"`adv` has {int(bad.sum())} non-finite value(s), first at index [{i}]: {adv[i].item()}")
+            adv = torch.where(has, adv, torch.zeros((), dtype=adv.dtype, device=adv.device))
+        finite["adv"] = True
+    else:
+        finite["adv"] = check_finite(adv, "adv", mask)
+    if logp_old is not None:
+        logp_old = logp_old.detach()
+        finite["logp_old"] = check_finite(logp_old, "logp_old", mask)
+    return TokenBatch(logp, logp_old, adv, mask, finite)
 
 
 def _is_number(x) -> bool:
@@ -142,6 +196,21 @@ def guarded_log_ratio(logp, logp_old, mask, clamp: float) -> tuple[torch.Tensor,
     return d.clamp(-clamp, clamp), hit
 
 
+def guard(d: torch.Tensor, clamp: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`guarded_log_ratio` for a log-ratio that is exactly 0 at masked positions (so they
+    never hit): (d clamped to ±clamp, number of hits as a 0-dim tensor of d's dtype). One
+    min/max pass decides; when nothing is past the guard, d is returned as is (the clamp
+    would be the identity, in value and in gradient)."""
+    zero = torch.zeros((), dtype=d.dtype, device=d.device)
+    if d.numel() == 0:
+        return d, zero
+    lo, hi = torch.aminmax(d.detach())
+    if float(lo) >= -clamp and float(hi) <= clamp:
+        return d, zero
+    hits = torch.count_nonzero(d.detach().abs() > clamp).to(d.dtype)
+    return d.clamp(-clamp, clamp), hits
+
+
 def unit_carrier(d: torch.Tensor) -> torch.Tensor:
     """exp(d − sg(d)): value exactly 1, gradient ∂d (attaches a constant to the lp path)."""
     return torch.exp(d - d.detach())
@@ -169,49 +238,111 @@ def clip_regions(ratio, adv, mask, eps_low: float | None, eps_high: float) -> Re
 
 def summarize(ratio, mask, regions: Regions, *, zeroed, dual=None, clamped=None, mask_f=None,
               pad_value: float | None = None) -> dict:
-    """The metric dict (keys `METRIC_KEYS`) over valid tokens; all detached 0-dim tensors.
+    """The metric dict (keys `METRIC_KEYS`) over valid tokens from bool region masks; all
+    detached 0-dim tensors.
 
     `pad_value`: the value `ratio` is known to hold at every masked position (1.0 for
     exp of a log-ratio zeroed there); it lets min / max skip the masked pass unless the
     extreme equals it. Every ratio-like quantity here is >= 0."""
     ratio = ratio.detach()
-    dtype, device = ratio.dtype, ratio.device
-    zero = torch.zeros((), dtype=dtype, device=device)
-    n_valid = int(torch.count_nonzero(mask))
-    n = torch.tensor(float(max(n_valid, 1)), dtype=dtype, device=device)  # empty mask: counts 0, 0 / 1 = 0
+    dtype = ratio.dtype
+    zero = torch.zeros((), dtype=dtype, device=ratio.device)
 
     def count(m: torch.Tensor | None) -> torch.Tensor:
-        return zero if m is None else torch.count_nonzero(m & mask).to(dtype)
+        if m is None:
+            return zero
+        if m.dim() == 0:  # already a count (from `guard`)
+            return m.to(dtype)
+        return torch.count_nonzero(m & mask).to(dtype)
 
-    # masked reductions without boolean indexing or torch.where (slow on CPU with a bool
-    # condition); an empty mask gives the identities +inf / -inf of min / max, mean 0
+    counts = {"low_pos": count(regions.low_pos), "low_neg": count(regions.low_neg),
+              "high_pos": count(regions.high_pos), "high_neg": count(regions.high_neg)}
+    mf = mask_f if mask_f is not None and mask_f.dtype == dtype else float_mask(mask, dtype)
+    return from_counts(counts, ratio_summary(ratio, mask, mf, pad_value=pad_value),
+                       zeroed=count(zeroed), dual=count(dual), clamped=count(clamped))
+
+
+def ratio_summary(ratio, mask, mask_f, *, pad_value: float | None = None) -> dict:
+    """{n, ratio/min, ratio/mean, ratio/max} of a detached ratio over the counted positions
+    (`mask_f` = the mask in ratio's dtype). Masked reductions without boolean indexing or
+    torch.where (slow on CPU with a bool condition): the mean is a dot product with the
+    float mask; an empty mask gives the identities +inf / -inf of min / max and mean 0.
+    `pad_value`: see `summarize`."""
+    dtype, device = ratio.dtype, ratio.device
+    n_valid = int(count_true(mask, mask_f))
+    n = torch.tensor(float(max(n_valid, 1)), dtype=dtype, device=device)  # empty mask: 0 / 1 = 0
     inf = torch.full((), math.inf, dtype=dtype, device=device)
-    mf = mask_f if mask_f is not None and mask_f.dtype == dtype else mask.to(dtype)
-    masked = zero_outside(ratio, mask, mf)
-    mean = masked.sum() / n
-    lo = hi = None
     if n_valid == 0:
-        lo, hi = inf, -inf
-    elif n_valid == mask.numel():
+        return {"n": n, "ratio/min": inf, "ratio/mean": torch.zeros((), dtype=dtype, device=device), "ratio/max": -inf}
+    flat, mflat = ratio.reshape(-1), mask_f.reshape(-1)
+    if dtype in (torch.float32, torch.float64):
+        total = torch.dot(flat, mflat)
+    else:  # half precision: accumulate in float32
+        total = torch.dot(flat.float(), mflat.float()).to(dtype)
+    lo = hi = None
+    if n_valid == mask.numel():
         lo, hi = torch.aminmax(ratio)
     elif pad_value is not None:
         lo, hi = torch.aminmax(ratio)
         if float(lo) == pad_value or float(hi) == pad_value:
             lo = hi = None  # the extreme may be padding: exact pass below
     if lo is None:
+        masked = ratio * mask_f
         hi = masked.max()  # padding zeros never exceed a ratio >= 0
-        lo = (masked + (1.0 - mf) * torch.finfo(dtype).max).min()
+        lo = (masked + (1.0 - mask_f) * torch.finfo(dtype).max).min()
+    return {"n": n, "ratio/min": lo, "ratio/mean": total / n, "ratio/max": hi}
+
+
+def band_counts(ratio, adv_row, lower: float | None, upper: float) -> dict:
+    """Token counts of the four clip regions for advantages given per sequence, without a
+    bool [B, T] mask: {low_pos, low_neg, high_pos, high_neg} as 0-dim tensors of ratio's
+    dtype (float32 for half precision).
+
+    ratio: detached [B, T], exactly 1 at masked positions (exp of a log-ratio zeroed
+    there), and lower <= 1 <= upper, so a masked position is never outside the band.
+    adv_row: [B]. Strict bounds (a ratio on a bound is inside); lower=None: no lower bound.
+    How: sign(ρ − clip(ρ)) is +1 above the band, −1 below, 0 inside; its row sum is
+    (#above − #below) and the row sum of its absolute value (#above + #below)."""
+    if (lower is not None and lower > 1.0) or upper < 1.0:
+        raise ValueError(f"band_counts needs lower <= 1 <= upper, got [{lower}, {upper}]")
+    r = ratio if ratio.dtype in (torch.float32, torch.float64) else ratio.float()
+    s = (r - r.clamp(min=lower, max=upper)).sign_()
+    net = s.sum(dim=-1)             # above − below, per row
+    both = s.abs_().sum(dim=-1)     # above + below, per row
+    above, below = (both + net) * 0.5, (both - net) * 0.5
+    pos, neg = (adv_row > 0).to(r.dtype), (adv_row < 0).to(r.dtype)
+    return {"low_pos": torch.dot(below, pos), "low_neg": torch.dot(below, neg),
+            "high_pos": torch.dot(above, pos), "high_neg": torch.dot(above, neg)}
+
+
+def row_flag_count(ratio, threshold: float, adv_row) -> torch.Tensor:
+    """Number of tokens with ratio > threshold (strict) in rows with A < 0 (the dual-clip
+    region), for a ratio that is exactly 1 at masked positions and threshold >= 1."""
+    r = ratio if ratio.dtype in (torch.float32, torch.float64) else ratio.float()
+    above = (r - threshold).clamp_(min=0).sign_().sum(dim=-1)
+    return torch.dot(above, (adv_row < 0).to(r.dtype))
+
+
+def from_counts(counts: dict, summary: dict, *, zeroed, dual, clamped) -> dict:
+    """The metric dict (keys `METRIC_KEYS`) from region token counts, the counts of zeroed,
+    dual-clipped and guard-clamped tokens (0-dim tensors) and a `ratio_summary`."""
+    n = summary["n"]
+    dtype = n.dtype
+
+    def frac(c) -> torch.Tensor:
+        return c.to(dtype) / n
+
     return {
-        "clip_frac": count(zeroed) / n,
-        "clip_frac/low_pos": count(regions.low_pos) / n,
-        "clip_frac/low_neg": count(regions.low_neg) / n,
-        "clip_frac/high_pos": count(regions.high_pos) / n,
-        "clip_frac/high_neg": count(regions.high_neg) / n,
-        "dual_clip_frac": count(dual) / n,
-        "ratio/min": lo,
-        "ratio/mean": mean,
-        "ratio/max": hi,
-        "log_ratio_clamped": count(clamped),
+        "clip_frac": frac(zeroed),
+        "clip_frac/low_pos": frac(counts["low_pos"]),
+        "clip_frac/low_neg": frac(counts["low_neg"]),
+        "clip_frac/high_pos": frac(counts["high_pos"]),
+        "clip_frac/high_neg": frac(counts["high_neg"]),
+        "dual_clip_frac": frac(dual),
+        "ratio/min": summary["ratio/min"],
+        "ratio/mean": summary["ratio/mean"],
+        "ratio/max": summary["ratio/max"],
+        "log_ratio_clamped": clamped.to(dtype),
     }
 
 

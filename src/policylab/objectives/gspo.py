@@ -53,7 +53,7 @@ from ._metrics import (
 
 def _sequence_ratio(tb, clamp: float, n_valid: torch.Tensor | None = None):
     """(s [B], clamped-hit [B], token log-ratio d [B, T]) from checked inputs."""
-    d = tb.logp - tb.logp_old  # 0 at padding (inputs were zeroed there)
+    d = tb.log_ratio()  # 0 at padding
     if n_valid is None:
         n_valid = tb.mask_f.sum(dim=-1)
     lengths = n_valid.clamp(min=1).to(d.dtype)
@@ -101,7 +101,7 @@ def gspo(
     """
     _checks(eps_low, eps_high, log_ratio_clamp, logp)
     per_seq = isinstance(adv, torch.Tensor) and adv.dim() == 1  # one advantage per sequence already
-    tb = prepare(logp, logp_old, adv, mask, zero_adv=not per_seq)
+    tb = prepare(logp, logp_old, adv, mask)
     n_valid = tb.mask_f.sum(dim=-1)  # valid tokens per row, from the float mask prepare() built
     if per_seq:
         a_seq = torch.where(n_valid > 0, adv.detach(), torch.zeros((), dtype=adv.dtype)).to(tb.adv.dtype)

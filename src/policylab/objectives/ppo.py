@@ -33,9 +33,13 @@ from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
     check_log_ratio_clamp,
+    band_counts,
     clip_regions,
-    guarded_log_ratio,
+    from_counts,
+    guard,
     prepare,
+    ratio_summary,
+    row_flag_count,
     summarize,
 )
 
@@ -72,11 +76,14 @@ def ppo_clip(
     _check_dual_clip(dual_clip)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
     tb = prepare(logp, logp_old, adv, mask)
-    log_ratio, clamped = guarded_log_ratio(tb.logp, tb.logp_old, tb.mask, log_ratio_clamp)
-    ratio = log_ratio.exp()
+    log_ratio, clamped = guard(tb.log_ratio(), log_ratio_clamp)
+    ratio = log_ratio.exp()  # exactly 1 at masked positions
+    lower, upper = 1.0 - eps_low, 1.0 + eps_high
+    if tb.adv_row is not None:
+        return _ppo_rows(ratio, tb, lower, upper, dual_clip, clamped, logp.dtype)
     reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
     # the ratio each token's surrogate actually uses: a constant in the zeroing regions
-    eff = torch.where(reg.high_pos, 1.0 + eps_high, torch.where(reg.low_neg, 1.0 - eps_low, ratio))
+    eff = torch.where(reg.high_pos, upper, torch.where(reg.low_neg, lower, ratio))
     dual = None
     if dual_clip is not None:
         dual = (tb.adv < 0) & tb.mask & (ratio.detach() > dual_clip)
@@ -87,3 +94,26 @@ def ppo_clip(
         zeroed = zeroed | dual
     metrics = summarize(ratio, tb.mask, reg, zeroed=zeroed, dual=dual, clamped=clamped, mask_f=tb.mask_f, pad_value=1.0)
     return loss, metrics
+
+
+def _ppo_rows(ratio, tb, lower: float, upper: float, dual_clip, clamped, dtype):
+    """`ppo_clip` for advantages given per sequence: the min/clip pair becomes a one-sided
+    clamp per row (A > 0: min(ρ, 1+ε_high); A < 0: max(ρ, 1−ε_low), then min(·, c) with a
+    dual clip). A clamp passes the gradient on its bound, so a ratio exactly on a bound is
+    inside, as in the token path; region counts come from per-row sums (`band_counts`)."""
+    a = tb.adv_row
+    inf = torch.full((), math.inf, dtype=ratio.dtype, device=ratio.device)
+    pos, neg = a > 0, a < 0
+    hi = torch.where(pos, torch.full_like(inf, upper), inf)
+    if dual_clip is not None:
+        hi = torch.where(neg, torch.full_like(inf, float(dual_clip)), hi)
+    lo = torch.where(neg, torch.full_like(inf, lower), -inf)
+    eff = ratio.clamp(max=hi.unsqueeze(-1)).clamp(min=lo.unsqueeze(-1))
+    loss = eff * tb.masked_row(-a)
+    r = ratio.detach()
+    counts = band_counts(r, a, lower, upper)
+    dual = torch.zeros((), dtype=counts["low_pos"].dtype) if dual_clip is None else row_flag_count(r, dual_clip, a)
+    summary = ratio_summary(r, tb.mask, tb.mask_f, pad_value=1.0)
+    metrics = from_counts(counts, summary, zeroed=counts["low_neg"] + counts["high_pos"] + dual,
+                          dual=dual, clamped=clamped)
+    return loss.to(dtype), metrics
