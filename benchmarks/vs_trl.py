@@ -19,9 +19,12 @@ TRL ~20% more compute), lr_scheduler_type="constant" (TRL/HF default is linear d
 loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_dataset=False
 (so it reads the prompts in the same order), use_cpu, report_to="none".
 
-Each side runs in its own subprocess (`--worker trl|policylab|policylab-plain`; the
-"plain" side is an ablation: HF generate and no shared prompt prefix), so the peak RSS of each
-is its own (resource.getrusage ru_maxrss at the end of training). Step time: TRL from
+Each side runs in its own subprocess (`--worker <side>`), so the peak RSS of each is its own.
+Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix), "policylab-system"
+(policylab with `keep_freed_memory: false`, i.e. glibc's default allocator behaviour) and
+"trl-keep" (TRL after the same `policylab.runtime.keep_freed_memory()` call the policylab
+trainer makes at start-up: how much of the gap that process setting explains).
+Peak RSS (resource.getrusage ru_maxrss at the end of training). Step time: TRL from
 on_step_begin to on_step_end of a TrainerCallback (generation, reward, forward/backward,
 optimizer); policylab: Trainer.train_step() (the same work). completions/s = completions
 trained / sum of step times. The last line printed is `ratio_vs_trl=<policylab/TRL>`.
@@ -45,7 +48,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve()
-SIDES = ("trl", "policylab", "policylab-plain")
+SIDES = ("trl", "trl-keep", "policylab", "policylab-system", "policylab-plain")
 
 
 # ------------------------------------------------------------------------ shared setup
@@ -101,6 +104,7 @@ def worker_policylab(a) -> dict:
     plain = a.worker == "policylab-plain"  # ablation: HF generate, no shared prompt prefix
     cfg = {
         "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
+        "keep_freed_memory": a.worker != "policylab-system",
         "task": {"name": "arithmetic", "ops": ["+", "*"], "digits": 1},
         "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
                     "temperature": 1.0, "engine": "hf" if plain else a.engine, "engine_dtype": a.engine_dtype},
@@ -125,7 +129,7 @@ def worker_policylab(a) -> dict:
               f"train {m.get('time/train_s', 0):.1f}s) reward {m.get('reward/mean', float('nan')):.3f} "
               f"len {m.get('response/length_mean', float('nan')):.1f}", flush=True)
     train_wall = time.perf_counter() - t_train
-    out = {"side": a.worker, "engine": trainer.engine.engine_name, "shared_prefix": trainer.cfg.train.shared_prefix,
+    out = {"side": a.worker, "engine": trainer.engine.engine_name, "allocator": _allocator(), "shared_prefix": trainer.cfg.train.shared_prefix,
            "micro_batch": trainer.cfg.train.micro_batch_size,
            "setup_s": setup_s, "train_wall_s": train_wall, "steps": steps, "peak_rss_mb": peak_rss_mb(),
            "threads": torch.get_num_threads()}
@@ -141,8 +145,11 @@ def worker_trl(a) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from policylab import runtime
     from policylab.rewards import exact_numeric_reward
 
+    if a.worker == "trl-keep":
+        runtime.keep_freed_memory()  # the process setting the policylab trainer applies
     examples = shared_prompts(a.prompts * a.steps, a.seed)
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "answer": e.answer}
                             for e in examples])
@@ -168,7 +175,7 @@ def worker_trl(a) -> dict:
 
         def on_step_end(self, args, state, control, **kw):
             self.times.append(time.perf_counter() - self.t0)
-            print(f"[trl] step {len(self.times)}: {self.times[-1]:.1f}s", flush=True)
+            print(f"[{a.worker}] step {len(self.times)}: {self.times[-1]:.1f}s", flush=True)
 
     G = a.group
     B = a.prompts * G
@@ -198,12 +205,19 @@ def worker_trl(a) -> dict:
     steps = [{"step_s": t, "reward": (logs[i]["reward"] if i < len(logs) else None),
               "completion_len": (logs[i].get("completions/mean_length") if i < len(logs) else None),
               "completions": B} for i, t in enumerate(timer.times)]
-    out = {"side": "trl", "engine": "trl-transformers-generate", "setup_s": setup_s, "train_wall_s": train_wall,
+    out = {"side": a.worker, "engine": "trl-transformers-generate", "allocator": _allocator(), "setup_s": setup_s, "train_wall_s": train_wall,
            "steps": steps, "peak_rss_mb": rss, "threads": torch.get_num_threads(),
            "prompts_seen": seen, "reward_fn_means": rewards}
     if a.eval_n:
         out["heldout"] = heldout_eval(trainer.model, trainer.processing_class, a.eval_n, a.seed)
     return out
+
+
+def _allocator() -> str:
+    from policylab import runtime
+
+    lim = runtime.applied_limit()
+    return "glibc default" if lim is None else f"keep freed blocks <= {lim >> 20} MiB"
 
 
 # ------------------------------------------------------------------------ parent
@@ -266,6 +280,7 @@ def to_markdown(report: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(fn(R[s]) for s in sides) + " |")
 
     row("engine", lambda r: r["engine"])
+    row("allocator", lambda r: r.get("allocator", "glibc default"))
     row("micro-batch", lambda r: str(r.get("micro_batch", report["micro_batch"])))
     row("per-step time (s)", lambda r: ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
     row("mean step (s)", lambda r: f"{r['summary']['mean_step_s']:.1f}")
@@ -291,6 +306,8 @@ def to_markdown(report: dict) -> str:
                           f"engine {R[s]['engine']}, shared prompt prefix {'on' if R[s]['shared_prefix'] else 'off'}"]
     if "same_prompts" in report:
         lines += ["", f"Same prompts in the same order on every side: {report['same_prompts']}."]
+    if "ratio_vs_trl_keep" in report:
+        lines += ["", f"ratio vs TRL with the same allocator setting (trl-keep): {report['ratio_vs_trl_keep']:.2f}"]
     if "ratio_vs_trl" in report:
         lines += ["", f"**ratio_vs_trl = {report['ratio_vs_trl']:.2f}** (policylab completions/s / TRL completions/s)"]
     return "\n".join(lines) + "\n"
@@ -323,7 +340,7 @@ def main(argv=None) -> dict:
     a = parse(argv)
     if a.worker:
         sys.path.insert(0, str(HERE.parent))
-        res = (worker_trl if a.worker == "trl" else worker_policylab)(a)
+        res = (worker_trl if a.worker.startswith("trl") else worker_policylab)(a)
         Path(a.worker_out).write_text(json.dumps(res))
         return res
     import importlib.util
@@ -345,9 +362,9 @@ def main(argv=None) -> dict:
     if bad:
         raise SystemExit(f"unknown side(s) {bad}; choose from {SIDES}")
     have_trl = importlib.util.find_spec("trl") is not None
-    if "trl" in sides and not have_trl:
-        print("trl is not installed: skipping the TRL side (make bench installs trl==1.16.0)", flush=True)
-        sides = [s for s in sides if s != "trl"]
+    if any(s.startswith("trl") for s in sides) and not have_trl:
+        print("trl is not installed: skipping the TRL sides (make bench installs trl==1.16.0)", flush=True)
+        sides = [s for s in sides if not s.startswith("trl")]
     results = {s: run_worker(s, a, passthrough) for s in sides}
     for r in results.values():
         r["summary"] = summarize(r)
@@ -370,6 +387,9 @@ def main(argv=None) -> dict:
             r["ratio_vs_trl"] = r["summary"]["completions_per_s"] / trl["summary"]["completions_per_s"]
         if "policylab" in results:
             report["ratio_vs_trl"] = results["policylab"]["ratio_vs_trl"]
+    if "trl-keep" in results and "policylab" in results:
+        report["ratio_vs_trl_keep"] = (results["policylab"]["summary"]["completions_per_s"]
+                                       / results["trl-keep"]["summary"]["completions_per_s"])
     for s, r in results.items():
         sm = r["summary"]
         print(f"{s:17s} per-step s: " + ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
@@ -381,6 +401,8 @@ def main(argv=None) -> dict:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(to_markdown(report))
+    if "ratio_vs_trl_keep" in report:
+        print(f"ratio_vs_trl_keep={report['ratio_vs_trl_keep']:.3f}  (TRL with the same allocator setting)")
     if "ratio_vs_trl" in report:
         print(f"ratio_vs_trl={report['ratio_vs_trl']:.3f}")
     return report

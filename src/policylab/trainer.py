@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import methods
+from . import methods, runtime
 from .batch import RolloutBatch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import ConfigError, RunConfig
@@ -53,6 +53,8 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        if cfg.keep_freed_memory:
+            runtime.keep_freed_memory()
         _seed_everything(cfg.seed)
         self.recipe = methods.get(cfg.method).with_params(cfg.method_params)
         if not self.recipe.runnable:

@@ -27,12 +27,20 @@ def _load(name: str):
 
 def test_kernels_benchmark_tiny(tmp_path):
     kernels = _load("kernels")
-    rows = kernels.main(["--B", "256", "--T", "16", "--G", "16", "--reps", "1", "--out", str(tmp_path / "k")])
+    runs = kernels.main(["--B", "256", "--T", "16", "--G", "16", "--reps", "1", "--allocators", "system",
+                         "--out", str(tmp_path / "k")])
+    rows = runs["system"]
     assert [r["kernel"] for r in rows] == ["grpo", "rloo", "tis", "icepop", "gmc", "ppo_clip", "gspo", "cispo"]
     assert all(r["kernel_ms"] > 0 and r["naive_ms"] > 0 for r in rows)
     md = (tmp_path / "k.md").read_text()
-    assert "| `ppo_clip` | objective |" in md and "4,096 tokens" in md
+    assert "## Allocator: system" in md and "| `ppo_clip` | objective |" in md and "4,096 tokens" in md
     assert json.loads((tmp_path / "k.json").read_text())["meta"]["B"] == 256
+
+
+def test_kernels_benchmark_refuses_allocators_out_of_order():
+    kernels = _load("kernels")
+    with pytest.raises(SystemExit, match="in that order"):
+        kernels.main(["--allocators", "keep,system", "--out", ""])
 
 
 def test_kernels_benchmark_refuses_a_wrong_kernel(monkeypatch):

@@ -102,10 +102,18 @@ class Groups:
         return hi == lo
 
     def centre(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x - mean_g x, flat [n, ...]); members of a flat group get exactly 0."""
-        flat = self.flat(x)
-        c = x - self.rows(self.mean(x))
-        return torch.where(self.rows(flat), torch.zeros_like(c), c), flat
+        """(x - mean_g x, flat [n, ...]); members of a flat group get exactly 0.
+
+        Computed as y − mean_g y with y = x − max_g x: the same value, and y is exactly 0
+        throughout a flat group, so its centred values are exactly 0 without a select.
+        Flatness comes free from the same sums: y <= 0, and a sum of non-positive numbers
+        is 0 only if every term is, so flat_g is Σ_g y == 0."""
+        shape = (self.n, *x.shape[1:])
+        hi = x.new_full(shape, -math.inf).scatter_reduce(0, self._col(x), x, "amax")
+        y = x - self.rows(hi)
+        total = self.sum(y)
+        size = self.sizes.to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+        return y - self.rows(total / size), total == 0
 
     def spread(self, c: torch.Tensor, ddof: int) -> torch.Tensor:
         """[n, ...] std of centred values `c` with the given ddof (divisor clamped at 1)."""
@@ -117,8 +125,9 @@ class Groups:
         c, flat = self.centre(x)
         if ddof is None:
             return c
-        a = c / (self.rows(self.spread(c, ddof)) + eps)
-        return torch.where(self.rows(flat), torch.zeros_like(a), a)
+        # a flat group has c = 0 and std 0: 0 / eps = 0 already, except with eps = 0 (0/0)
+        scale = torch.where(flat, torch.ones((), dtype=c.dtype, device=c.device), self.spread(c, ddof) + eps)
+        return c / self.rows(scale)
 
     def positions(self) -> tuple[torch.Tensor, int]:
         """(rank of each row inside its group [B], largest group size), for a padded
@@ -131,6 +140,8 @@ class Groups:
 
     def refuse_singletons(self, group: torch.Tensor, method: str, why: str) -> None:
         """GroupError naming the raw ids of every group of size 1."""
+        if not bool((self.sizes == 1).any()):
+            return
         single = self.rows(self.sizes) == 1
         if bool(single.any()):
             ids = torch.unique(group[single]).tolist()

@@ -21,12 +21,13 @@ Detached: the output. Negative or NaN/inf weights raise.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._checks import check_finite, group_index
 from ..errors import ShapeError
 from ._common import check_positive, prefixed, scalar
-from .diagnostics import ess_unchecked
 
 
 def gmc(
@@ -42,26 +43,37 @@ def gmc(
     if not isinstance(weights, torch.Tensor) or weights.dim() != 1 or not weights.is_floating_point():
         got = getattr(weights, "shape", weights)
         raise ShapeError(f"`weights` must be a 1-D floating tensor [B], got {got}")
-    check_finite(weights, "weights")
-    if bool((weights < 0).any()):
-        raise ValueError(f"`weights` must be >= 0; got min {weights.min().item()}")
+    w = weights.detach()
+    zero = torch.zeros((), dtype=w.dtype, device=w.device)
+    w_lo, w_hi = torch.aminmax(w) if w.numel() else (zero, zero)
+    if not (math.isfinite(float(w_lo)) and math.isfinite(float(w_hi))):
+        check_finite(weights, "weights")  # raises, naming the first NaN/inf
+    if float(w_lo) < 0:
+        raise ValueError(f"`weights` must be >= 0; got min {float(w_lo)}")
     cap = check_positive("cap", cap)
     dense, n_groups = group_index(group, weights.shape[0])
-    w = weights.detach()
     mass = torch.zeros(n_groups, dtype=w.dtype, device=w.device).index_add_(0, dense, w)
-    over = mass > cap
-    kappa = torch.where(over, cap / torch.where(over, mass, torch.ones_like(mass)), torch.ones_like(mass))
-    capped = (torch.index_select(kappa, 0, dense) * w).detach()
+    # κ = C / S where S > C, else 1 (an empty-mass group: C / 0 = inf -> 1)
+    kappa = (cap / mass).clamp_(max=1.0)
+    capped = torch.index_select(kappa, 0, dense) * w
     capped_mass = torch.zeros_like(mass).index_add_(0, dense, capped)
-    w_lo, w_hi = torch.aminmax(w) if w.numel() else (0.0, 0.0)
     metrics = {
-        "frac_groups_capped": scalar(over.to(torch.float64).mean(), w),
+        "frac_groups_capped": scalar(torch.count_nonzero(mass > cap).to(torch.float64) / max(n_groups, 1), w),
         "max_group_mass": scalar(mass.max() if n_groups else 0.0, w),
         "max_group_mass_capped": scalar(capped_mass.max() if n_groups else 0.0, w),
         "weight_min": scalar(w_lo, w),
         "weight_mean": scalar(w.mean() if w.numel() else 0.0, w),
         "weight_max": scalar(w_hi, w),
-        "ess_before": ess_unchecked(w.to(torch.float64)),  # checked above: finite, >= 0
-        "ess_after": ess_unchecked(capped.to(torch.float64)),
+        "ess_before": _ess(w),  # checked above: finite, >= 0
+        "ess_after": _ess(capped),
     }
     return capped, prefixed("gmc", metrics)
+
+
+def _ess(w: torch.Tensor) -> torch.Tensor:
+    """Normalized ESS (Σw)² / (n·Σw²) of finite weights >= 0 [B], in float64."""
+    x = w.to(torch.float64)
+    sq = torch.dot(x, x)
+    if x.numel() == 0 or float(sq) == 0.0:
+        return scalar(0.0, w)
+    return scalar(x.sum() ** 2 / (x.numel() * sq), w)
