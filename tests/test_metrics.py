@@ -120,3 +120,16 @@ def test_calibration_bad_inputs(conf, correct, err, match):
 def test_ece_bad_bins():
     with pytest.raises(PolicylabError, match="`n_bins` must be an int >= 1"):
         ece(torch.tensor([0.5]), torch.tensor([1]), n_bins=0)
+
+
+def test_float_mask_count_true_and_check_finite_result():
+    from policylab._checks import check_finite, count_true, float_mask
+
+    m = torch.tensor([[True, False, True], [False, False, True]])
+    f = float_mask(m, torch.float64)
+    assert f.dtype == torch.float64 and f.tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]
+    assert float_mask(m.t(), torch.float32).tolist() == m.t().float().tolist()  # non-contiguous view
+    assert int(count_true(m, f)) == 3 and int(count_true(m)) == 3
+    t = torch.tensor([[0.0, float("nan"), 1.0], [float("inf"), 2.0, 3.0]])
+    assert check_finite(t, "t", m) is False  # NaN/inf only where the mask is False
+    assert check_finite(torch.ones(2, 3), "t", m) is True

@@ -70,3 +70,25 @@ def test_group_index_matches_unique_in_both_paths():
         uniq, ref = torch.unique(ids, return_inverse=True)
         dense, n = group_index(ids)
         assert torch.equal(dense, ref) and n == uniq.numel()
+
+
+def test_centre_flat_groups_from_the_shifted_sums():
+    """Groups.centre subtracts each group's max first, so a flat group is exactly 0 and
+    flatness is Σ(x − max) == 0; one ulp of spread is not flat (hand case + naive)."""
+    from policylab.advantages._group import Groups
+
+    one_ulp = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0)).item()
+    x = torch.tensor([0.1, 0.1, 0.1, 1.0, one_ulp, 3.0, 5.0, 7.0])
+    g = Groups.of(torch.tensor([9, 9, 9, 4, 4, 2, 2, 2]), 8)
+    c, flat = g.centre(x)
+    # dense ids follow ascending raw id: 2 -> 0, 4 -> 1, 9 -> 2
+    assert flat.tolist() == [False, False, True]
+    assert c[:3].tolist() == [0.0, 0.0, 0.0]
+    assert c[3].item() < 0 < c[4].item()
+    assert_close(c[5:], torch.tensor([-2.0, 0.0, 2.0]))
+    naive = torch.cat([x[i] - x[i].mean() for i in ([0, 1, 2], [3, 4], [5, 6, 7])])
+    assert_close(c, naive, rtol=1e-6, atol=1e-7)
+    # eps = 0: the flat group stays 0 (no 0/0), the others are standardized
+    a = g.standardize(x, ddof=1, eps=0.0)
+    assert a[:3].tolist() == [0.0, 0.0, 0.0] and torch.isfinite(a).all()
+    assert_close(a[5:], torch.tensor([-1.0, 0.0, 1.0]))
