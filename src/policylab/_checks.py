@@ -67,6 +67,21 @@ def zero_outside(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | Non
     return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
+def zero_outside_(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None, *,
+                  finite: bool | None = None) -> torch.Tensor:
+    """In-place `zero_outside` for a tensor the caller has just created (never an input).
+    Finite `t`: a product with the float mask (`mask_f`, built here unless passed; the
+    gradient at masked positions is 0, and autograd allows it: the product's backward does
+    not need `t`); otherwise masked_fill_ (NaN/inf at masked positions become 0). Returns
+    `t`. (A product with the mask's uint8 view would look cheaper but converts it to a
+    float temporary inside the op.)"""
+    if finite is None:
+        finite = bool(torch.isfinite(t.detach().sum()))
+    if finite:
+        return t.mul_(float_mask(mask, t.dtype) if mask_f is None or mask_f.dtype != t.dtype else mask_f)
+    return t.masked_fill_(~mask, 0.0)
+
+
 def count_true(mask: torch.Tensor, mask_f: torch.Tensor | None = None) -> torch.Tensor:
     """Number of True entries (0-dim int64). From the float mask when there is one and the
     count is exactly representable (a float32 sum of 0/1 values is exact below 2**24);

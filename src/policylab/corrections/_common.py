@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .._checks import check_finite, check_mask, zero_outside
+from .._checks import check_finite, check_mask, zero_outside_
 from ..batch import HOW_TO_PRODUCE
 from ..errors import MissingQuantityError, ShapeError
 
@@ -60,13 +60,13 @@ def check_band(low: float, high: float) -> tuple[float, float]:
 def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
                      mask_f: torch.Tensor | None = None, *, finite: bool | None = None) -> torch.Tensor:
     """num - den where the mask counts, exactly 0 elsewhere (so padding garbage, NaN or
-    inf, can never reach an exp or a gradient). `finite=True` (from `check_roles`) and the
-    float mask `mask_f` let it be one product, without another finiteness pass."""
-    # NaN/inf at padding become NaN/inf in the difference; zero_outside then masks with
-    # torch.where, whose backward sends 0 to those positions: no NaN gradient either
-    d = num - den
-    mf = mask_f if mask_f is not None and mask_f.dtype == d.dtype else None
-    return zero_outside(d, mask, mf, finite=finite)
+    inf, can never reach an exp or a gradient). The difference is masked in place (one
+    [B, T] allocation besides the float mask, which the caller may pass as `mask_f`);
+    `finite=True` (from `check_roles`) skips the finiteness pass.
+    Differentiable in num and den (gradient 0 at masked positions)."""
+    # NaN/inf at padding become NaN/inf in the difference; masked_fill_ then sets them to
+    # 0, and its backward sends 0 to those positions: no NaN gradient either
+    return zero_outside_(num - den, mask, mask_f, finite=finite)
 
 
 def scalar(x: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
@@ -101,17 +101,23 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
     return scalar(total.to(torch.float64) / n.clamp_min(1).to(torch.float64), like)
 
 
-def band_sides(x: torch.Tensor, low: float, high: float, mask_f: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def band_sides(x: torch.Tensor, low: float, high: float, mask_f: torch.Tensor | None = None, *,
+               out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Where a detached `x` [B, T] lies against the band [low, high] (bounds inclusive):
-    (side [B, T] = +1 above, −1 below, 0 inside or where `mask_f` is 0; number above;
-    number below). No bool [B, T] mask: sign(x − clip(x)) and two sums."""
-    side = torch.sub(x, x.clamp(low, high)).sign_()
+    (side [B, T] = +1 above, −1 below, 0 inside or where the float mask `mask_f` is 0; number above;
+    number below). No bool [B, T] mask and at most one [B, T] allocation (none with a
+    fitting `out` buffer): sign(x − clip(x)), two sums (side² = |side| for values in
+    {−1, 0, 1})."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()  # counts in a half-precision sum would be inexact past 256
+    fits = out is not None and out.dtype == x.dtype and out.shape == x.shape
+    side = torch.clamp(x, low, high, out=out) if fits else x.clamp(low, high)
+    torch.sub(x, side, out=side).sign_()
     if mask_f is not None:
         side.mul_(mask_f)
     flat = side.view(-1)
     net = flat.sum()  # above − below
-    both = torch.dot(flat, flat)  # above + below (side² = |side| for values in {−1, 0, 1})
+    both = torch.dot(flat, flat)  # above + below
     return side, (both + net) * 0.5, (both - net) * 0.5
 
 

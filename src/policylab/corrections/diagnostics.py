@@ -52,14 +52,16 @@ _KEYS = ("kl_k1", "kl_k3", "abs_dlogp_mean", "abs_dlogp_max", "frac_far",
 
 
 def log_ratio_stats(r: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
-                    far_threshold: float = 0.2, n: int | None = None) -> dict[str, torch.Tensor]:
+                    far_threshold: float = 0.2, n: int | None = None,
+                    scratch: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """`mismatch_stats` from a log-ratio r = lp_a - lp_b that is exactly 0 outside the
     mask (as `masked_log_ratio` makes it), for corrections that already computed it
-    (`n` = number of counted positions, if the caller has it).
+    (`n` = number of counted positions, if the caller has it; `scratch` = a buffer shaped
+    like r that the caller reuses afterwards, used for the temporary when its dtype fits).
 
-    Masked reductions, no boolean indexing and two [B, T] temporaries (each costs a
-    page-faulting allocation at this size): zeros outside the mask add nothing to the sums
-    of r, |r|, expm1(r) and expm1(r) − r, and are never "far". Elementwise work runs in
+    Masked reductions, no boolean indexing and one float [B, T] temporary (each can cost
+    a page-faulting allocation at this size): zeros outside the mask add nothing to the
+    sums of r, |r|, expm1(r) and expm1(r) − r, and are never "far". Elementwise work runs in
     float64 for float64 input or when max r > 80 (e^r would overflow float32), else in
     float32 (a diagnostic: ~1e-7 relative error per term, sums of same-sign terms for kl_k3)."""
     if n is None:
@@ -74,12 +76,15 @@ def log_ratio_stats(r: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
     lo, hi = _masked_min_max(work, mask, n)
     if work.dtype != f64 and float(hi) > 80.0:
         work = work.to(f64)  # e^r would overflow float32
-    scratch = torch.abs(work)
-    sum_abs = scratch.sum().to(f64)
-    e = torch.expm1(work)  # ratio - 1, accurate near 0
+    # the one [B, T] buffer: |r| first, then expm1(r)
+    if scratch is not None and scratch.dtype == work.dtype and scratch.shape == work.shape:
+        e = torch.abs(work, out=scratch)
+    else:
+        e = torch.abs(work)
+    sum_abs = e.sum().to(f64)
+    torch.expm1(work, out=e)  # ratio - 1, accurate near 0
     sum_r, sum_e = work.sum().to(f64), e.sum().to(f64)
-    # |e| > far_threshold, strictly: sign(max(|e| − threshold, 0)) is 1 there, 0 elsewhere
-    far = torch.abs(e, out=scratch).sub_(far_threshold).clamp_(min=0).sign_().sum().to(f64)
+    far = (torch.count_nonzero(e > far_threshold) + torch.count_nonzero(e < -far_threshold)).to(f64)
     k3 = e.sub_(work).sum().to(f64) / n  # e^r - 1 - r >= 0 termwise: no cancellation in the sum
     return {
         "kl_k1": scalar(-sum_r / n, like),

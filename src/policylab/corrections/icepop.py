@@ -59,19 +59,20 @@ def icepop(
     """
     finite = check_roles("icepop", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     low, high = check_band(low, high)
-    mf = float_mask(mask, logp_old.dtype)
+    mf = float_mask(mask, torch.promote_types(logp_old.dtype, logp_behavior.dtype))
     n = int(count_true(mask, mf))
     log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, mf, finite=finite)
-    stats = log_ratio_stats(log_k, mask, log_k, n=n)
+    w = torch.empty_like(log_k)  # the statistics' temporary, then the weights
+    stats = log_ratio_stats(log_k, mask, log_k, n=n, scratch=w)
     # k, with log k capped just above log(high): every k above the band stays above it and
     # finite (an inf would turn the product below into NaN); values in or below the band
     # are untouched
-    w = (log_k.clamp(max=math.log(high) + 1.0) if math.isfinite(high) else log_k.clone()).exp_()
-    mfw = mf if mf.dtype == w.dtype else float_mask(mask, w.dtype)
-    # side: +1 above the band, −1 below, 0 inside and at masked positions
-    side, n_high, n_low = band_sides(w, low, high, mfw)
+    torch.clamp(log_k, max=math.log(high) + 1.0 if math.isfinite(high) else math.inf, out=w).exp_()
+    # side: +1 above the band, −1 below, 0 inside and at masked positions (in log k's buffer)
+    side, n_high, n_low = band_sides(w, low, high, mf, out=log_k)
     # M(k) = k inside the band, 0 outside: k · (1 − |side|) · mask
-    w.mul_(side.abs_().neg_().add_(1.0)).mul_(mfw)
+    w.mul_(side.abs_().neg_().add_(1.0)).mul_(mf)
+    del side, log_k
     total = w.sum()
     metrics = {
         "frac_masked": fraction(n_low + n_high, n, w),

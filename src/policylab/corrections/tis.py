@@ -44,18 +44,17 @@ def tis(
     finite = check_roles("tis", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     cap = check_positive("cap", cap, allow_inf=True)
     log_cap = math.log(cap)
-    mf = float_mask(mask, logp_old.dtype)
+    mf = float_mask(mask, torch.promote_types(logp_old.dtype, logp_behavior.dtype))
     n = int(count_true(mask, mf))
     log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, mf, finite=finite)
-    # min(k, C) = exp(min(log k, log C)): never forms an overflowing exp(log k).
-    w = torch.clamp(log_k, max=log_cap).exp_()
-    w.mul_(mf if mf.dtype == w.dtype else float_mask(mask, w.dtype))  # 0 where the mask is False
-    stats = log_ratio_stats(log_k, mask, w, n=n)
+    buf = torch.empty_like(log_k)  # the statistics' temporary, then the weights
+    stats = log_ratio_stats(log_k, mask, log_k, n=n, scratch=buf)
     if float(stats["log_ratio_max"]) <= log_cap:
         capped = 0.0  # nothing above the cap (the common case): no counting pass
     else:  # log k > log C, strictly; padding holds log k = 0, counted only if C < 1
-        above = (log_k - log_cap).clamp_(min=0).sign_()
-        capped = torch.dot(above.view(-1), float_mask(mask, above.dtype).view(-1))
+        capped = torch.count_nonzero((log_k > log_cap) & mask)
+    # min(k, C) = exp(min(log k, log C)): never forms an overflowing exp(log k).
+    w = torch.clamp(log_k, max=log_cap, out=buf).exp_().mul_(mf)  # 0 where the mask is False
     total = w.sum()
     metrics = {
         "frac_capped": fraction(capped, n, w),

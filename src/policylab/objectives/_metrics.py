@@ -126,7 +126,7 @@ class TokenBatch:
         """lp − lp_old at the counted positions, exactly 0 elsewhere; differentiable in lp
         only. With finite inputs one product by the float mask, no zeroed copies."""
         if self._finite["logp"] and self._finite["logp_old"]:
-            return (self._logp - self._logp_old) * self.mask_f
+            return (self._logp - self._logp_old).mul_(self.mask_f)  # in place on the fresh difference
         return self.logp - self.logp_old
 
 
@@ -306,7 +306,8 @@ def band_counts(ratio, adv_row, lower: float | None, upper: float) -> dict:
     if (lower is not None and lower > 1.0) or upper < 1.0:
         raise ValueError(f"band_counts needs lower <= 1 <= upper, got [{lower}, {upper}]")
     r = ratio if ratio.dtype in (torch.float32, torch.float64) else ratio.float()
-    s = (r - r.clamp(min=lower, max=upper)).sign_()
+    s = r.clamp(min=lower, max=upper)
+    torch.sub(r, s, out=s).sign_()  # one [B, T] buffer
     net = s.sum(dim=-1)             # above − below, per row
     both = s.abs_().sum(dim=-1)     # above + below, per row
     above, below = (both + net) * 0.5, (both - net) * 0.5

@@ -59,17 +59,18 @@ def cispo(
     check_eps(eps_low, eps_high, allow_no_low=True)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
     tb = prepare(logp, logp_old, adv, mask)
-    log_ratio, clamped = guard(tb.log_ratio(), log_ratio_clamp)
-    ratio = log_ratio.detach().exp()  # exactly 1 at masked positions
+    log_ratio, clamped = guard(tb.log_ratio().detach(), log_ratio_clamp)  # w is detached: no graph
+    ratio = log_ratio.exp_()  # exactly 1 at masked positions
     lower = None if eps_low is None else 1.0 - eps_low
-    weight = ratio.clamp(min=lower, max=1.0 + eps_high)
     if tb.adv_row is not None:
-        # one product with −A on the counted positions (0 elsewhere): no zeroed copies
-        loss = (weight * tb.logp_for_product * tb.masked_row(-tb.adv_row)).to(logp.dtype)
         summary = ratio_summary(ratio, tb.mask, tb.mask_f, pad_value=1.0)
         counts = band_counts(ratio, tb.adv_row, lower, 1.0 + eps_high)
         zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+        # −w·A on the counted positions (0 elsewhere), built in place in the ratio's buffer
+        coef = ratio.clamp_(min=lower, max=1.0 + eps_high).mul_((-tb.adv_row).unsqueeze(-1)).mul_(tb.mask_f)
+        loss = (coef * tb.logp_for_product).to(logp.dtype)
         return loss, from_counts(counts, summary, zeroed=zero, dual=zero, clamped=clamped)
+    weight = ratio.clamp(min=lower, max=1.0 + eps_high)
     loss = (-weight * tb.adv * tb.logp).to(logp.dtype)  # A and lp are 0 outside the mask, weight finite
     reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
     metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped, mask_f=tb.mask_f, pad_value=1.0)

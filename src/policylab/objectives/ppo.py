@@ -77,7 +77,7 @@ def ppo_clip(
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
     tb = prepare(logp, logp_old, adv, mask)
     log_ratio, clamped = guard(tb.log_ratio(), log_ratio_clamp)
-    ratio = log_ratio.exp()  # exactly 1 at masked positions
+    ratio = log_ratio.exp_()  # in place on the fresh log-ratio; exactly 1 at masked positions
     lower, upper = 1.0 - eps_low, 1.0 + eps_high
     if tb.adv_row is not None:
         return _ppo_rows(ratio, tb, lower, upper, dual_clip, clamped, logp.dtype)
@@ -108,8 +108,9 @@ def _ppo_rows(ratio, tb, lower: float, upper: float, dual_clip, clamped, dtype):
     if dual_clip is not None:
         hi = torch.where(neg, torch.full_like(inf, float(dual_clip)), hi)
     lo = torch.where(neg, torch.full_like(inf, lower), -inf)
-    eff = ratio.clamp(max=hi.unsqueeze(-1)).clamp(min=lo.unsqueeze(-1))
-    loss = eff * tb.masked_row(-a)
+    # −eff·A, built in place in the clamp's output (the clamp's backward needs its input,
+    # not its output); 0 at masked positions (eff is finite there)
+    loss = ratio.clamp(lo.unsqueeze(-1), hi.unsqueeze(-1)).mul_((-a).unsqueeze(-1)).mul_(tb.mask_f)
     r = ratio.detach()
     counts = band_counts(r, a, lower, upper)
     dual = torch.zeros((), dtype=counts["low_pos"].dtype) if dual_clip is None else row_flag_count(r, dual_clip, a)
