@@ -117,9 +117,8 @@ def group_index(group: torch.Tensor, n: int | None = None) -> tuple[torch.Tensor
             # ids in a range a few times the batch: a presence table and its running count
             # give the same dense ids as torch.unique (ascending raw id) without a sort,
             # which dominates the advantage kernels at batch sizes of ~10^4
-            present = torch.zeros(hi - lo + 1, dtype=torch.bool, device=group.device)
             shifted = group - lo
-            present[shifted] = True
+            present = torch.zeros(hi - lo + 1, dtype=torch.bool, device=group.device).index_fill_(0, shifted, True)
             rank = torch.cumsum(present, 0) - 1
             return torch.index_select(rank, 0, shifted), int(rank[-1]) + 1
     uniq, dense = torch.unique(group, return_inverse=True)

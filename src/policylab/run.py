@@ -31,13 +31,20 @@ def summary(trainer: Trainer) -> str:
         f"samples    {card.samples}  [engine {trainer.engine.engine_name}]",
         f"learns     {card.learns}",
         f"reference  {card.reference}  [KL: {kl}]",
-        f"device     cpu, {__import__('torch').get_num_threads()} threads",
+        f"device     cpu, {__import__('torch').get_num_threads()} threads, allocator: {_allocator_line()}",
         f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
         f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
         f"old logp   {'recomputed by the trainer' if trainer._needs_old_pass() else 'same forward (single on-policy update: ratio exactly 1)'}",
         f"run dir    {cfg.run_dir}",
     ]
     return "\n".join(lines)
+
+
+def _allocator_line() -> str:
+    from . import runtime
+
+    lim = runtime.applied_limit()
+    return "system default" if lim is None else f"freed blocks <= {lim >> 20} MiB kept for reuse"
 
 
 def train(cfg: RunConfig, *, resume: bool = False, console=None) -> dict:

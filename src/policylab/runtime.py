@@ -7,13 +7,18 @@ is free). The next tensor of that size then starts on fresh pages, and the kerne
 zero-fills each 4 KiB page on first touch. Measured here (torch 2.13 CPU): one page
 fault costs ~1.1 µs, so a 4 MiB temporary costs ~1 ms before any arithmetic is done,
 and an 80 MiB one (a logits block) ~23 ms; a training step allocates and frees
-thousands of these. Raising glibc's mmap and trim thresholds makes freed blocks stay
-in the heap for the next allocation: the policylab trainer step went from 1.82 to 2.46
-completions/s on the TRL benchmark workload, bit-identical results, peak RSS +7%
-(benchmarks/results/allocator.md).
+many of these. (PyTorch allocates with posix_memalign, whose request is a little
+larger than the block it gets back, which also defeats glibc's dynamic threshold: with
+the defaults every tensor of a few MiB is a fresh mmap.) Raising glibc's mmap and trim
+thresholds makes freed blocks stay in the heap for the next allocation. Measured on the
+TRL benchmark workload (benchmarks/results/vs_trl_runs.md, run 6): the policylab trainer
+1.81 -> 2.13 completions/s, TRL with the same call 0.83 -> 0.96; rewards identical; peak
+RSS 4.11 -> 4.10 GB for policylab, 4.98 -> 5.31 GB for TRL. The heap keeps some slack:
+in a loop that allocates and frees one block size, ~8 freed blocks stay mapped before
+they are reused (tests/test_runtime.py).
 
 It only changes where freed memory goes, never a value. Only glibc has these knobs
-(`mallopt`); elsewhere (macOS, musl) the call does nothing and says so. jemalloc or
+(`mallopt`); elsewhere (macOS, musl) the call changes nothing and returns False. jemalloc or
 tcmalloc preloaded with LD_PRELOAD achieve the same and make this call irrelevant.
 """
 

@@ -72,6 +72,8 @@ def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
 def scalar(x: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:
     """A detached 0-dim metric in the dtype of `like`."""
     if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and x.dtype == like.dtype:
+            return x.detach()
         return x.detach().to(like.dtype).reshape(())
     return torch.tensor(float(x), dtype=like.dtype, device=like.device)
 
