@@ -84,7 +84,9 @@ def log_ratio_stats(r: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
     sum_abs = e.sum().to(f64)
     torch.expm1(work, out=e)  # ratio - 1, accurate near 0
     sum_r, sum_e = work.sum().to(f64), e.sum().to(f64)
-    far = (torch.count_nonzero(e > far_threshold) + torch.count_nonzero(e < -far_threshold)).to(f64)
+    side = torch.gt(e, far_threshold)  # one bool buffer for both sides
+    far = torch.count_nonzero(side).to(f64) + torch.count_nonzero(torch.lt(e, -far_threshold, out=side))
+    del side
     k3 = e.sub_(work).sum().to(f64) / n  # e^r - 1 - r >= 0 termwise: no cancellation in the sum
     return {
         "kl_k1": scalar(-sum_r / n, like),
