@@ -103,10 +103,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
     return scalar(total.to(torch.float64) / n.clamp_min(1).to(torch.float64), like)
 
 
-def band_sides(x: torch.Tensor, low: float, high: float, mask_f: torch.Tensor | None = None, *,
+def band_sides(x: torch.Tensor, low: float, high: float, mask: torch.Tensor | None = None, *,
                out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Where a detached `x` [B, T] lies against the band [low, high] (bounds inclusive):
-    (side [B, T] = +1 above, −1 below, 0 inside or where the float mask `mask_f` is 0; number above;
+    (side [B, T] = +1 above, −1 below, 0 inside or where the bool `mask` is False; number above;
     number below). No bool [B, T] mask and at most one [B, T] allocation (none with a
     fitting `out` buffer): sign(x − clip(x)), two sums (side² = |side| for values in
     {−1, 0, 1})."""
@@ -115,8 +115,8 @@ def band_sides(x: torch.Tensor, low: float, high: float, mask_f: torch.Tensor | 
     fits = out is not None and out.dtype == x.dtype and out.shape == x.shape
     side = torch.clamp(x, low, high, out=out) if fits else x.clamp(low, high)
     torch.sub(x, side, out=side).sign_()
-    if mask_f is not None:
-        side.mul_(mask_f)
+    if mask is not None:
+        zero_outside_(side, mask)
     flat = side.view(-1)
     net = flat.sum()  # above − below
     both = torch.dot(flat, flat)  # above + below

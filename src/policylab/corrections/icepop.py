@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .._checks import count_true, float_mask
+from .._checks import zero_outside_
 from ._common import band_sides, check_band, check_roles, fraction, masked_log_ratio, prefixed
 from .diagnostics import ess_from_sums, log_ratio_stats
 
@@ -59,9 +59,8 @@ def icepop(
     """
     finite = check_roles("icepop", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     low, high = check_band(low, high)
-    mf = float_mask(mask, torch.promote_types(logp_old.dtype, logp_behavior.dtype))
-    n = int(count_true(mask, mf))
-    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, mf, finite=finite)
+    n = int(torch.count_nonzero(mask))
+    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, finite=finite)
     w = torch.empty_like(log_k)  # the statistics' temporary, then the weights
     stats = log_ratio_stats(log_k, mask, log_k, n=n, scratch=w)
     # k, with log k capped just above log(high): every k above the band stays above it and
@@ -69,9 +68,9 @@ def icepop(
     # are untouched
     torch.clamp(log_k, max=math.log(high) + 1.0 if math.isfinite(high) else math.inf, out=w).exp_()
     # side: +1 above the band, −1 below, 0 inside and at masked positions (in log k's buffer)
-    side, n_high, n_low = band_sides(w, low, high, mf, out=log_k)
+    side, n_high, n_low = band_sides(w, low, high, mask, out=log_k)
     # M(k) = k inside the band, 0 outside: k · (1 − |side|) · mask
-    w.mul_(side.abs_().neg_().add_(1.0)).mul_(mf)
+    zero_outside_(w.mul_(side.abs_().neg_().add_(1.0)), mask)
     del side, log_k
     total = w.sum()
     metrics = {

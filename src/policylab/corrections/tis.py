@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .._checks import count_true, float_mask
+from .._checks import zero_outside_
 from ._common import check_positive, check_roles, fraction, masked_log_ratio, prefixed
 from .diagnostics import ess_from_sums, log_ratio_stats
 
@@ -44,17 +44,16 @@ def tis(
     finite = check_roles("tis", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     cap = check_positive("cap", cap, allow_inf=True)
     log_cap = math.log(cap)
-    mf = float_mask(mask, torch.promote_types(logp_old.dtype, logp_behavior.dtype))
-    n = int(count_true(mask, mf))
-    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, mf, finite=finite)
-    buf = torch.empty_like(log_k)  # the statistics' temporary, then the weights
-    stats = log_ratio_stats(log_k, mask, log_k, n=n, scratch=buf)
+    n = int(torch.count_nonzero(mask))
+    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, finite=finite)
+    stats = log_ratio_stats(log_k, mask, log_k, n=n)
     if float(stats["log_ratio_max"]) <= log_cap:
         capped = 0.0  # nothing above the cap (the common case): no counting pass
     else:  # log k > log C, strictly; padding holds log k = 0, counted only if C < 1
         capped = torch.count_nonzero((log_k > log_cap) & mask)
-    # min(k, C) = exp(min(log k, log C)): never forms an overflowing exp(log k).
-    w = torch.clamp(log_k, max=log_cap, out=buf).exp_().mul_(mf)  # 0 where the mask is False
+    # min(k, C) = exp(min(log k, log C)): never forms an overflowing exp(log k). Built in
+    # log k's buffer (no longer needed), 0 where the mask is False.
+    w = zero_outside_(log_k.clamp_(max=log_cap).exp_(), mask)
     total = w.sum()
     metrics = {
         "frac_capped": fraction(capped, n, w),
