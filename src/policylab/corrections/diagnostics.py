@@ -128,7 +128,8 @@ def ess(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor
     check_finite(weights, "weights", mask)
     if bool(((weights < 0) & mask).any()):
         raise ValueError("`weights` must be >= 0 for an effective sample size")
-    return scalar(ess_unchecked(weights.detach().to(torch.float64), mask), weights)  # float64: no overflow of w²
+    w = weights.detach().to(torch.float64).masked_fill(~mask, 0.0)  # float64: no overflow of w²
+    return scalar(ess_from_sums(w.sum(), w, int(torch.count_nonzero(mask))), weights)
 
 
 def ess_from_sums(total: torch.Tensor, weights: torch.Tensor, n: int) -> torch.Tensor:
@@ -138,20 +139,3 @@ def ess_from_sums(total: torch.Tensor, weights: torch.Tensor, n: int) -> torch.T
     if n == 0 or float(sq) == 0.0:
         return scalar(0.0, weights)
     return scalar(total.to(torch.float64) ** 2 / (n * sq), weights)
-
-
-def ess_unchecked(weights: torch.Tensor, mask: torch.Tensor | None = None, *,
-                  zero_outside: bool = False) -> torch.Tensor:
-    """`ess` without the input checks, for weights a correction has just built or already
-    checked (finite, >= 0; same shape as the bool mask, or every entry counts when `mask`
-    is None). `zero_outside=True` promises they are already 0 outside the mask.
-    Reductions without [B, T] temporaries (Σw² as a squared 2-norm)."""
-    if mask is None:
-        w, n = weights.detach(), weights.numel()
-    else:
-        w = weights.detach() if zero_outside else weights.detach().masked_fill(~mask, 0.0)
-        n = int(torch.count_nonzero(mask))
-    sq = torch.linalg.vector_norm(w, 2).to(torch.float64) ** 2
-    if n == 0 or float(sq) == 0.0:
-        return scalar(0.0, weights)
-    return scalar(w.sum().to(torch.float64) ** 2 / (n * sq), weights)

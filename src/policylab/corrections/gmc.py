@@ -28,6 +28,7 @@ import torch
 from .._checks import check_finite, group_index
 from ..errors import ShapeError
 from ._common import check_positive, prefixed, scalar
+from .diagnostics import ess_from_sums
 
 
 def gmc(
@@ -71,9 +72,6 @@ def gmc(
 
 
 def _ess(w: torch.Tensor) -> torch.Tensor:
-    """Normalized ESS (Σw)² / (n·Σw²) of finite weights >= 0 [B], in float64."""
+    """Normalized ESS of finite weights >= 0 [B] (every entry counts), in float64."""
     x = w.to(torch.float64)
-    sq = torch.dot(x, x)
-    if x.numel() == 0 or float(sq) == 0.0:
-        return scalar(0.0, w)
-    return scalar(x.sum() ** 2 / (x.numel() * sq), w)
+    return scalar(ess_from_sums(x.sum(), x, x.numel()), w)
