@@ -75,3 +75,18 @@ def test_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
     assert report["sides"]["trl"]["steps"][0]["completions"] == 8
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"ratio_vs_trl={report['ratio_vs_trl']:.3f}"
+
+
+def test_utilization_benchmark_tiny(tmp_path, tiny_model_dir):
+    """Runs end to end on the tiny model; the shared-prefix path gives the full forward's
+    log-probs (fp32 vs fp32: rounding only) and its FLOP counts are consistent."""
+    util = _load("utilization")
+    r = util.main(["--model", str(tiny_model_dir), "--prompts", "2", "--group", "3", "--max-new-tokens", "6",
+                   "--micro-batch", "2", "--out", str(tmp_path / "u")])
+    full, pre = r["train"]["fp32"], r["train"]["fp32-prefix"]
+    assert pre["distinct_prompts"] == 2 and pre["real_tokens"] == full["real_tokens"]
+    assert pre["fed_positions"] < full["fed_positions"]  # each prompt once instead of 3 times
+    assert pre["logp_vs_fp32_full_abs_max"] < 1e-4
+    assert 0 < pre["flops_executed"] < full["flops_executed"]
+    md = (tmp_path / "u.md").read_text()
+    assert "Through the shared prompt prefix" in md and "| fp32 |" in md
