@@ -155,7 +155,12 @@ def run(a) -> dict:
     from policylab.logprobs import model_logprobs
     from policylab.models import load_policy
 
-    out = {"load_before": round(os.getloadavg()[0], 2), "threads": torch.get_num_threads()}
+    from policylab import runtime
+
+    if a.allocator == "keep":
+        runtime.keep_freed_memory()  # as the trainer does at start-up
+    out = {"load_before": round(os.getloadavg()[0], 2), "threads": torch.get_num_threads(),
+           "allocator": a.allocator if runtime.applied_limit() or a.allocator == "system" else "system (keep unavailable)"}
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     out["peak_gflops"] = {k: v / 1e9 for k, v in peak.items()}
     model, tok = load_policy(a.model)
@@ -242,7 +247,7 @@ def to_markdown(r: dict, command: str) -> str:
         "",
         f"Command: `{command}`  ",
         f"Machine: {r['machine']}; torch {r['torch']}, {r['threads']} threads; load average {r['load_before']} "
-        f"before, {r['load_after']} after.  ",
+        f"before, {r['load_after']} after; allocator: {r['allocator']}.  ",
         f"Model: {r['model']} ({r['params'] / 1e6:.1f}M parameters). Batch: {r['prompts']} prompts x {r['group']} "
         f"samples, <= {r['max_new_tokens']} new tokens, T = 1, seed {r['seed']}; training micro-batch {r['micro_batch']}.",
         "",
@@ -301,6 +306,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--allocator", default="keep", choices=("keep", "system"),
+                    help="keep: policylab.runtime.keep_freed_memory() first, as the trainer does; system: glibc defaults")
     ap.add_argument("--out", default=str(RESULTS / "utilization"), help="results path without suffix ('' = none)")
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)

@@ -82,7 +82,7 @@ def test_utilization_benchmark_tiny(tmp_path, tiny_model_dir):
     log-probs (fp32 vs fp32: rounding only) and its FLOP counts are consistent."""
     util = _load("utilization")
     r = util.main(["--model", str(tiny_model_dir), "--prompts", "2", "--group", "3", "--max-new-tokens", "6",
-                   "--micro-batch", "2", "--out", str(tmp_path / "u")])
+                   "--micro-batch", "2", "--allocator", "system", "--out", str(tmp_path / "u")])
     full, pre = r["train"]["fp32"], r["train"]["fp32-prefix"]
     assert pre["distinct_prompts"] == 2 and pre["real_tokens"] == full["real_tokens"]
     assert pre["fed_positions"] < full["fed_positions"]  # each prompt once instead of 3 times
