@@ -133,3 +133,17 @@ def test_float_mask_count_true_and_check_finite_result():
     t = torch.tensor([[0.0, float("nan"), 1.0], [float("inf"), 2.0, 3.0]])
     assert check_finite(t, "t", m) is False  # NaN/inf only where the mask is False
     assert check_finite(torch.ones(2, 3), "t", m) is True
+
+
+def test_masked_mean_hand_case_padding_and_empty():
+    from policylab._checks import masked_mean
+
+    x = torch.tensor([[1.0, 2.0, float("nan")], [4.0, float("inf"), 6.0]])
+    m = torch.tensor([[True, True, False], [True, False, True]])
+    got = masked_mean(x, m)
+    assert got.item() == (1 + 2 + 4 + 6) / 4 and got.dtype == torch.float32 and got.dim() == 0
+    naive = sum(float(v) for v, k in zip(x.flatten(), m.flatten()) if k) / int(m.sum())
+    assert got.item() == naive
+    assert masked_mean(x, torch.zeros_like(m)).item() == 0.0
+    z = torch.where(m, x, torch.zeros(()))
+    assert masked_mean(z, m, zero_outside=True).item() == got.item()

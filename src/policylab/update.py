@@ -16,6 +16,7 @@ import math
 import torch
 
 from . import aggregate as agg
+from ._checks import masked_mean
 from .batch import _BT_FIELDS, RolloutBatch
 from .logprobs import model_logprobs
 from .methods import stages
@@ -197,10 +198,10 @@ def optimizer_step(
         loss.backward()
         w = float(mb.loss_mask.sum())
         m = {k: v for k, v in metrics.items()}
-        m["policy/entropy"] = _masked_mean(entropy.detach(), mb.loss_mask)
+        m["policy/entropy"] = float(masked_mean(entropy, mb.loss_mask))
         if mb.logp_behavior is not None:
             d = (mb.logp_behavior - logp.detach())
-            m["mismatch/behavior_vs_current_abs_dlogp"] = _masked_mean(d.abs(), mb.loss_mask)
+            m["mismatch/behavior_vs_current_abs_dlogp"] = float(masked_mean(d.abs(), mb.loss_mask))
         acc.add(m, w)
     if prefix is not None and not nonfinite:
         prefix.backward()  # the prompts' share of the gradient, through the prefix graph once
@@ -225,11 +226,6 @@ def optimizer_step(
         scheduler.step()
     out["skipped_nonfinite"] = 0.0
     return out
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    n = int(mask.sum())
-    return float(torch.where(mask, x, torch.zeros((), dtype=x.dtype)).sum() / max(n, 1))
 
 
 def _grad_norm(model: torch.nn.Module) -> float:

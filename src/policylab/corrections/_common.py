@@ -12,6 +12,7 @@ import math
 import torch
 
 from .._checks import check_finite, check_mask, zero_outside_
+from .._checks import masked_mean as _masked_mean
 from ..batch import HOW_TO_PRODUCE
 from ..errors import MissingQuantityError, ShapeError
 
@@ -94,13 +95,8 @@ def fraction(count: torch.Tensor | float, n: int, like: torch.Tensor) -> torch.T
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
                 zero_outside: bool = False) -> torch.Tensor:
-    """Mean of `x` over the counted positions (0 when nothing counts), as a detached
-    metric: a masked sum, no boolean indexing (padding values never enter).
-    `zero_outside=True` promises x is already exactly 0 outside the mask (skips a pass)."""
-    n = torch.count_nonzero(mask)
-    x = x.detach()
-    total = x.sum() if zero_outside else torch.where(mask, x, torch.zeros((), dtype=x.dtype)).sum()
-    return scalar(total.to(torch.float64) / n.clamp_min(1).to(torch.float64), like)
+    """`_checks.masked_mean` as a detached metric in the dtype of `like`."""
+    return scalar(_masked_mean(x, mask, zero_outside=zero_outside), like)
 
 
 def band_sides(x: torch.Tensor, low: float, high: float, mask: torch.Tensor | None = None, *,

@@ -16,6 +16,7 @@ from .. import advantages as adv_mod
 from .. import corrections as corr_mod
 from .. import kl as kl_mod
 from .. import objectives as obj_mod
+from .._checks import masked_mean
 from ..batch import RolloutBatch
 from ..errors import PolicylabError
 from .registry import KLSpec, Recipe
@@ -381,7 +382,7 @@ def loss_terms(
         est = getattr(kl_mod, recipe.kl.estimator)(logp, mb.logp_ref)
         kl_term = torch.where(mask, est, zero)
         loss = loss + recipe.kl.coef * kl_term
-        metrics["kl/loss_estimate"] = _masked_mean(kl_term.detach(), mask)
+        metrics["kl/loss_estimate"] = masked_mean(kl_term, mask)
     coef = p.get("entropy_coef", 0.0)
     if coef:
         if entropy is None:
@@ -392,8 +393,3 @@ def loss_terms(
         correct = _correct(mb, recipe).unsqueeze(-1) & mask
         terms["nll"] = p["nll_coef"] * torch.where(correct, -logp, zero)
     return terms, metrics
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    n = mask.sum()
-    return (torch.where(mask, x, torch.zeros((), dtype=x.dtype)).sum() / n.clamp(min=1)).detach()
