@@ -33,14 +33,24 @@ from ._common import band_sides, check_band, check_roles, fraction, masked_log_r
 from .diagnostics import ess_from_sums, log_ratio_stats
 
 
-def band_weight(
-    log_k: torch.Tensor, mask: torch.Tensor, low: float, high: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M(k) [B, T], in_band bool [B, T]) from a masked log engine ratio (private helper
-    shared with online_icepop; bounds already validated)."""
-    k = torch.exp(log_k)  # may be inf for a huge log_k: then it is out of band, never selected
-    in_band = (k >= low) & (k <= high) & mask
-    return k.masked_fill_(~in_band, 0.0), in_band
+def band_weight(log_k: torch.Tensor, mask: torch.Tensor, low: float, high: float, *,
+                out: torch.Tensor | None = None, scratch: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(M(k) [B, T] with k = exp(log k), 0 outside the band and where the mask is False;
+    number of counted tokens above the band; number below) from a masked log engine ratio
+    (private helper shared with online_icepop; bounds already validated). The weights are
+    written into `out` and the band sides into `scratch` when given (buffers shaped like
+    log_k that the caller gives up, e.g. log_k itself for `scratch`)."""
+    # k, with log k capped just above log(high): every k above the band stays above it and
+    # finite (an inf would turn the product below into NaN); values in or below the band
+    # are untouched
+    cap = math.log(high) + 1.0 if math.isfinite(high) else math.inf
+    w = torch.clamp(log_k, max=cap, out=out).exp_() if out is not None else log_k.clamp(max=cap).exp_()
+    # side: +1 above the band, −1 below, 0 inside and at masked positions
+    side, n_high, n_low = band_sides(w, low, high, mask, out=scratch)
+    # M(k) = k inside the band, 0 outside: k · (1 − |side|) · mask
+    zero_outside_(w.mul_(side.abs_().neg_().add_(1.0)), mask)
+    return w, n_high, n_low
 
 
 def icepop(
@@ -63,15 +73,8 @@ def icepop(
     log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, finite=finite)
     w = torch.empty_like(log_k)  # the statistics' temporary, then the weights
     stats = log_ratio_stats(log_k, mask, log_k, n=n, scratch=w)
-    # k, with log k capped just above log(high): every k above the band stays above it and
-    # finite (an inf would turn the product below into NaN); values in or below the band
-    # are untouched
-    torch.clamp(log_k, max=math.log(high) + 1.0 if math.isfinite(high) else math.inf, out=w).exp_()
-    # side: +1 above the band, −1 below, 0 inside and at masked positions (in log k's buffer)
-    side, n_high, n_low = band_sides(w, low, high, mask, out=log_k)
-    # M(k) = k inside the band, 0 outside: k · (1 − |side|) · mask
-    zero_outside_(w.mul_(side.abs_().neg_().add_(1.0)), mask)
-    del side, log_k
+    w, n_high, n_low = band_weight(log_k, mask, low, high, out=w, scratch=log_k)
+    del log_k  # its buffer held the band sides
     total = w.sum()
     metrics = {
         "frac_masked": fraction(n_low + n_high, n, w),

@@ -25,7 +25,7 @@ import torch
 
 from .._checks import check_finite, expand_adv
 from ..errors import BatchReuseError
-from ._common import check_band, check_roles, masked_fraction, masked_log_ratio, prefixed
+from ._common import check_band, check_roles, fraction, masked_log_ratio, prefixed
 from .diagnostics import mismatch_stats
 from .icepop import band_weight
 
@@ -109,13 +109,14 @@ def online_icepop(
     adv = expand_adv(adv, logp)
     check_finite(adv, "adv", mask)
     log_k = masked_log_ratio(logp.detach(), logp_behavior.detach(), mask)
-    w, in_band = band_weight(log_k, mask, low, high)
+    n = int(torch.count_nonzero(mask))
+    w, n_high, n_low = band_weight(log_k, mask, low, high)
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     lp = torch.where(mask, logp, zero)
     carrier = torch.exp(lp - lp.detach())
     loss = torch.where(mask, -w * torch.where(mask, adv, zero) * carrier, zero)
     metrics = {
-        "frac_masked": masked_fraction(~in_band, mask, w),
+        "frac_masked": fraction(n_high + n_low, n, w),
         **mismatch_stats(logp, logp_behavior, mask),
     }
     return loss, prefixed("online_icepop", metrics)
