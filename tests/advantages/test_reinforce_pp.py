@@ -141,9 +141,12 @@ def test_ema_advances_once_per_training_batch_never_on_evaluation():
     assert ema.state_dict() == before
     assert_close(a_eval, torch.tensor([100.0, -100.0], dtype=F64) / math.sqrt(0.142))
     # the same training batch cannot advance it twice in a row
-    with pytest.raises(BatchReuseError, match="already advanced on batch 'b2'"):
+    with pytest.raises(BatchReuseError, match="already advanced on batch 'b2' \\(the last one\\)"):
         reinforce_pp_baseline(r2, g2, scale="ema", ema=ema, update=True, batch_id="b2")
-    assert ema.n_updates == 2
+    # ... nor later: b1 came before b2 (A, B, A)
+    with pytest.raises(BatchReuseError, match="already advanced on batch 'b1' \\(not the last one: a stale batch\\)"):
+        reinforce_pp_baseline(r, g, scale="ema", ema=ema, update=True, batch_id="b1")
+    assert ema.n_updates == 2 and ema.second_moment == pytest.approx(0.142, abs=1e-12)
 
 
 def test_ema_checkpoint_round_trip():
@@ -156,6 +159,14 @@ def test_ema_checkpoint_round_trip():
     assert restored.scale == ema.scale
     with pytest.raises(PolicylabError, match="checkpointed EmaScale has decay 0.8"):
         EmaScale(decay=0.5).load_state_dict(ema.state_dict())
+    # the seen ids survive the round trip: a stale batch is still refused after a resume
+    with pytest.raises(BatchReuseError, match="'a'"):
+        restored.update(torch.tensor([0.3, -0.3]), batch_id="a")
+    # a checkpoint from before the ids were all kept (last id only) still loads
+    old_state = {k: v for k, v in ema.state_dict().items() if k != "seen_batch_ids"}
+    legacy = EmaScale(decay=0.8)
+    legacy.load_state_dict(old_state)
+    assert legacy.seen_batch_ids == {"b"} and legacy.scale == ema.scale
 
 
 def test_baseline_and_ema_bad_inputs():

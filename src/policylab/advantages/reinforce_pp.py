@@ -104,9 +104,10 @@ class EmaScale:
 
     Only `update` changes the state, and `reinforce_pp_baseline` calls it only when its
     caller passes `update=True`: evaluation passes `update=False`, so evaluation batches
-    never reach the state. `update(..., batch_id=...)` refuses the id it saw last
-    (BatchReuseError), so one training batch cannot advance the EMA twice in a row.
-    `state_dict()` / `load_state_dict()` let the trainer checkpoint it.
+    never reach the state. `update(..., batch_id=...)` refuses every id it has already
+    folded in (BatchReuseError), so no training batch can advance the EMA twice, in a row
+    or later (A, B, A is refused too). `state_dict()` / `load_state_dict()` let the trainer
+    checkpoint it, the ids seen included.
     """
 
     def __init__(self, decay: float):
@@ -116,6 +117,7 @@ class EmaScale:
         self.second_moment: float | None = None
         self.n_updates = 0
         self.last_batch_id: str | None = None
+        self.seen_batch_ids: set[str] = set()
 
     @property
     def scale(self) -> float:
@@ -129,8 +131,11 @@ class EmaScale:
     def update(self, centred: torch.Tensor, *, batch_id: str | None = None) -> None:
         """Fold one training batch of centred rewards `[B]` into the average."""
         check_rewards(centred, "centred")
-        if batch_id is not None and batch_id == self.last_batch_id:
-            raise BatchReuseError(f"EmaScale already advanced on batch {batch_id!r}; it advances once per batch")
+        if batch_id is not None and batch_id in self.seen_batch_ids:
+            last = " (the last one)" if batch_id == self.last_batch_id else " (not the last one: a stale batch)"
+            raise BatchReuseError(
+                f"EmaScale already advanced on batch {batch_id!r}{last}; it advances once per batch"
+            )
         batch_moment = float((centred.detach().double() ** 2).mean())
         if self.second_moment is None:
             self.second_moment = batch_moment
@@ -138,10 +143,13 @@ class EmaScale:
             self.second_moment = self.decay * self.second_moment + (1.0 - self.decay) * batch_moment
         self.n_updates += 1
         self.last_batch_id = batch_id
+        if batch_id is not None:
+            self.seen_batch_ids.add(batch_id)
 
     def state_dict(self) -> dict:
         return {"decay": self.decay, "second_moment": self.second_moment,
-                "n_updates": self.n_updates, "last_batch_id": self.last_batch_id}
+                "n_updates": self.n_updates, "last_batch_id": self.last_batch_id,
+                "seen_batch_ids": sorted(self.seen_batch_ids)}
 
     def load_state_dict(self, state: dict) -> None:
         if float(state["decay"]) != self.decay:
@@ -152,6 +160,10 @@ class EmaScale:
         self.second_moment = state["second_moment"]
         self.n_updates = int(state["n_updates"])
         self.last_batch_id = state["last_batch_id"]
+        # checkpoints written before the ids were all kept hold only the last one
+        seen = state.get("seen_batch_ids")
+        self.seen_batch_ids = set(seen) if seen is not None else (
+            {self.last_batch_id} if self.last_batch_id is not None else set())
 
 
 def reinforce_pp_baseline(
