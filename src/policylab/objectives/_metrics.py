@@ -189,18 +189,11 @@ def check_log_ratio_clamp(clamp, dtype: torch.dtype) -> None:
         )
 
 
-def guarded_log_ratio(logp, logp_old, mask, clamp: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(clamped lp − lp_old, bool hits on valid tokens). Zero gradient past the clamp."""
-    d = logp - logp_old
-    hit = (d.detach().abs() > clamp) & mask
-    return d.clamp(-clamp, clamp), hit
-
-
 def guard(d: torch.Tensor, clamp: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """`guarded_log_ratio` for a log-ratio that is exactly 0 at masked positions (so they
-    never hit): (d clamped to ±clamp, number of hits as a 0-dim tensor of d's dtype). One
-    min/max pass decides; when nothing is past the guard, d is returned as is (the clamp
-    would be the identity, in value and in gradient)."""
+    """The log-ratio guard (module doc) for a log-ratio d that is exactly 0 at masked
+    positions (so they never hit): (d clamped to ±clamp, number of hits as a 0-dim tensor
+    of d's dtype). One min/max pass decides; when nothing is past the guard, d is returned
+    as is (the clamp would be the identity, in value and in gradient)."""
     zero = torch.zeros((), dtype=d.dtype, device=d.device)
     if d.numel() == 0:
         return d, zero

@@ -37,7 +37,7 @@ from ._metrics import (
     check_eps,
     check_log_ratio_clamp,
     clip_regions,
-    guarded_log_ratio,
+    guard,
     prepare,
     summarize,
     unit_carrier,
@@ -63,9 +63,10 @@ def gppo(
     check_eps(eps_low, eps_high)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
     tb = prepare(logp, logp_old, adv, mask)
-    log_ratio, clamped = guarded_log_ratio(tb.logp, tb.logp_old, tb.mask, log_ratio_clamp)
-    ratio = log_ratio.exp()
-    carrier = unit_carrier(tb.logp - tb.logp_old)
+    d = tb.log_ratio()
+    log_ratio, clamped = guard(d, log_ratio_clamp)
+    ratio = log_ratio.exp()  # not in place: the carrier below reads the unclamped d
+    carrier = unit_carrier(d)
     reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
     eff = torch.where(
         reg.high_pos, (1.0 + eps_high) * carrier,

@@ -35,7 +35,7 @@ from ._metrics import (
     DEFAULT_LOG_RATIO_CLAMP,
     Regions,
     check_log_ratio_clamp,
-    guarded_log_ratio,
+    guard,
     prepare,
     summarize,
 )
@@ -104,7 +104,7 @@ def clip_to_bounds(
     one = torch.ones((), dtype=logp.dtype, device=logp.device)
     lo_c = torch.where(mask, lo.to(logp.dtype), one)
     hi_c = torch.where(mask, hi.to(logp.dtype), one)
-    log_ratio, clamped = guarded_log_ratio(tb.logp, tb.logp_old, tb.mask, log_ratio_clamp)
+    log_ratio, clamped = guard(tb.log_ratio(), log_ratio_clamp)
     rho = log_ratio.exp()
     r = rho.detach()
     pos, neg = (tb.adv > 0) & mask, (tb.adv < 0) & mask
