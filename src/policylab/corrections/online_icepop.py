@@ -110,7 +110,7 @@ def online_icepop(
     check_finite(adv, "adv", mask)
     log_k = masked_log_ratio(logp.detach(), logp_behavior.detach(), mask)
     n = int(torch.count_nonzero(mask))
-    w, n_high, n_low = band_weight(log_k, mask, low, high)
+    w, n_high, n_low = band_weight(log_k, mask, low, high, scratch=log_k)  # log k is not needed after
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     lp = torch.where(mask, logp, zero)
     carrier = torch.exp(lp - lp.detach())
