@@ -106,10 +106,6 @@ class TokenBatch:
             return self.masked_row(self.adv_row)
         return self._zeroed(self._adv, "adv")
 
-    @cached_property
-    def n_valid(self) -> int:
-        return int(count_true(self.mask, self.mask_f))
-
     @property
     def logp_for_product(self) -> torch.Tensor:
         """`logp` itself when every entry is finite (for a caller that multiplies it by a
