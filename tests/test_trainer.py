@@ -28,6 +28,9 @@ def test_lr_zero_gives_ratio_exactly_one_and_unchanged_weights(tiny_model_dir, t
     assert m["policy/clip_frac"] == 0.0
     for k, v in _params(tr.model).items():
         assert torch.equal(v, before[k]), k
+    # memory is logged: resident now (more than the model's fp32 weights) and its peak
+    weights_mb = sum(v.numel() * v.element_size() for v in before.values()) / 2**20
+    assert weights_mb < m["sys/rss_mb"] <= m["sys/peak_rss_mb"] + 1.0
 
 
 @pytest.mark.parametrize("shared_prefix", [False, True])

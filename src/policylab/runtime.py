@@ -61,3 +61,21 @@ def keep_freed_memory(limit_bytes: int = DEFAULT_LIMIT) -> bool:
 def applied_limit() -> int | None:
     """The limit `keep_freed_memory` set in this process (None if it never succeeded)."""
     return _applied
+
+
+def memory_mb() -> dict[str, float]:
+    """{"rss": resident set size now, "peak_rss": the largest it has been} of this process,
+    in MiB (Linux: /proc/self/statm and getrusage; elsewhere only the peak, from getrusage,
+    whose unit is bytes on macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_mb = peak / 2**20 if sys.platform == "darwin" else peak / 1024
+    out = {"peak_rss": peak_mb}
+    try:
+        with open("/proc/self/statm") as f:
+            out["rss"] = int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        pass
+    return out

@@ -302,6 +302,7 @@ class Trainer:
         metrics["policy_version"] = self.policy_version
         metrics["time/train_s"] = time.perf_counter() - t1
         metrics["time/step_s"] = time.perf_counter() - t0
+        metrics.update({f"sys/{k}_mb": v for k, v in runtime.memory_mb().items()})
         self.step += 1
         return metrics
 
