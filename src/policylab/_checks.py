@@ -93,15 +93,15 @@ def _all_finite(t: torch.Tensor) -> bool:
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, *, zero_outside: bool = False) -> torch.Tensor:
-    """Mean of `x` over the positions where `mask` is True, as a detached 0-dim tensor of
-    x's dtype, summed in float64 (0 when nothing counts). NaN/inf at masked positions never
-    enter (a select, no boolean indexing); `zero_outside=True` promises x is already 0
-    there and skips the select."""
+    """Mean of `x` over the positions where `mask` is True, as a detached float64 0-dim
+    tensor (0 when nothing counts). NaN/inf at masked positions never enter (a select, no
+    boolean indexing); `zero_outside=True` promises x is already 0 there and skips the
+    select."""
     x = x.detach()
     n = int(torch.count_nonzero(mask))
     total = x.sum(dtype=torch.float64) if zero_outside else \
         torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(dtype=torch.float64)
-    return (total / max(n, 1)).to(x.dtype)
+    return total / max(n, 1)
 
 
 def count_true(mask: torch.Tensor, mask_f: torch.Tensor | None = None) -> torch.Tensor:

@@ -65,8 +65,9 @@ def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
     [B, T] allocation besides the float mask, which the caller may pass as `mask_f`);
     `finite=True` (from `check_roles`) skips the finiteness pass.
     Differentiable in num and den (gradient 0 at masked positions)."""
-    # NaN/inf at padding become NaN/inf in the difference; masked_fill_ then sets them to
-    # 0, and its backward sends 0 to those positions: no NaN gradient either
+    # NaN/inf at padding become NaN/inf in the difference; the in-place masking (a select,
+    # or masked_fill_ inside a graph, whose backward sends 0 there) sets them to 0: no NaN
+    # value or gradient either
     return zero_outside_(num - den, mask, mask_f, finite=finite)
 
 
