@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 from policylab import methods
-from policylab.learn import bank
+from policylab.learn import anatomy, bank
 from policylab.learn.bank import CATEGORIES, LANGS, build_bank
 
 
@@ -44,30 +44,30 @@ def test_kernels_resolve_to_source_lines(name):
     """The formula and the source link of every method: each stage kernel is a policylab
     function whose `def` is at the recorded line of the recorded file."""
     recipe = methods.get(name)
-    ks = bank.kernels(recipe)
+    ks = anatomy.kernels(recipe)
     assert [k.stage for k in ks] == ["advantage", "objective"] + (["correction"] if recipe.correction else [])
     for k in ks:
-        line = (bank.PACKAGE_ROOT / k.path).read_text(encoding="utf-8").splitlines()[k.line - 1]
+        line = (anatomy.PACKAGE_ROOT / k.path).read_text(encoding="utf-8").splitlines()[k.line - 1]
         assert line.lstrip().startswith(f"def {k.qualname.rsplit('.', 1)[1]}("), (k, line)
-    text = bank.formula_text(recipe)
+    text = anatomy.formula_text(recipe)
     assert all(f"{k.stage}: {k.qualname}" in text for k in ks)
 
 
 def test_formula_comes_from_the_docstring():
-    (adv, obj) = bank.kernels(methods.get("rloo"))
+    (adv, obj) = anatomy.kernels(methods.get("rloo"))
     assert adv.qualname == "policylab.advantages.rloo.rloo"
     assert adv.formula.splitlines()[0] in inspect.getdoc(__import__("policylab.advantages.rloo", fromlist=["x"]).rloo)
     assert obj.qualname == "policylab.objectives.reinforce.reinforce"
 
 
 def test_comparison_table_covers_the_registry():
-    rows = bank.comparison_table()
+    rows = anatomy.comparison_table()
     assert [r["method"] for r in rows] == methods.names()
     for r in rows:
         recipe = methods.get(r["method"])
-        assert set(r) == {k for k, _ in bank.COMPARISON_COLUMNS}
+        assert set(r) == {k for k, _ in anatomy.COMPARISON_COLUMNS}
         assert r["inputs"] == (", ".join(recipe.required_fields) or "rewards only")
         assert r["changes"] == recipe.card.summary and r["samples"] == recipe.card.samples
     ppo = next(r for r in rows if r["method"] == "ppo")
     assert ppo["inputs"] == "values, logp_ref, logp_old"  # KL in the reward needs the sampler's logp_old
-    assert all(lang in label for _, label in bank.COMPARISON_COLUMNS for lang in LANGS)
+    assert all(lang in label for _, label in anatomy.COMPARISON_COLUMNS for lang in LANGS)

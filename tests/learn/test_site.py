@@ -14,7 +14,7 @@ import yaml
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import bank, site
+from policylab.learn import anatomy, bank, site
 from policylab.learn.examples import EXAMPLES as REAL_EXAMPLES
 
 from .conftest import EXAMPLES, FixtureBank
@@ -156,7 +156,7 @@ def test_comparison_page_has_every_registered_method(fixture_site):
     _, out = fixture_site
     text = (out / "compare.html").read_text(encoding="utf-8")
     assert re.findall(r'<tr data-method="([^"]+)">', text) == methods.names()
-    for _, label in bank.COMPARISON_COLUMNS:
+    for _, label in anatomy.COMPARISON_COLUMNS:
         assert site.esc(label["zh"]) in text and site.esc(label["en"]) in text
 
 

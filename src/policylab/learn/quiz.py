@@ -7,7 +7,7 @@
                                               its worked example computed now
 
 The formula lines are the equation blocks of the docstrings of the kernels the recipe's
-stages call (`bank.formula_text`: advantage, objective, correction in pipeline order; the
+stages call (`anatomy.formula_text`: advantage, objective, correction in pipeline order; the
 card summary stands in for a kernel whose docstrings show no equation).
 """
 
@@ -20,7 +20,7 @@ from typing import TextIO
 from .. import methods
 from ..errors import PolicylabError
 from ..methods.cards import card_text
-from . import bank
+from . import anatomy, bank
 
 UI = {
     "en": dict(prompt="Your answer (finish with an empty line or Ctrl-D):", yours="Your answer", skipped="(no answer given)",
@@ -118,7 +118,7 @@ def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -
     ui = _ui(lang)
     recipe = methods.get(name)
     entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[recipe.name])[0]
-    parts = [card_text(recipe), "", f"{ui['formula']}:", bank.formula_text(recipe), "", f"{ui['questions']}:"]
+    parts = [card_text(recipe), "", f"{ui['formula']}:", anatomy.formula_text(recipe), "", f"{ui['questions']}:"]
     for q in entry.questions:
         parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}", *example_lines(q, lang)]
     return "\n".join(parts)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import methods
 from ..errors import PolicylabError
-from . import bank
+from . import anatomy, bank
 from .bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -169,7 +169,7 @@ def card_rows(entry: MethodEntry) -> dict:
     r, c = entry.recipe, entry.recipe.card
     vals = dict(title=c.title, arxiv=c.arxiv, family=c.family, summary=c.summary, samples=c.samples, learns=c.learns,
                 reference=c.reference, critic=c.critic, inputs=", ".join(r.required_fields) or "rewards only",
-                stages=bank.stages_text(r), params=", ".join(f"{k}={v}" for k, v in r.params.items()) or "(none)",
+                stages=anatomy.stages_text(r), params=", ".join(f"{k}={v}" for k, v in r.params.items()) or "(none)",
                 status=c.status, not_established=c.not_established, confirmed=c.confirmed,
                 unconfirmed="; ".join(c.unconfirmed))
     return {k: v for k, v in vals.items() if v}
@@ -179,7 +179,7 @@ def method_page(entry: MethodEntry, have: set) -> str:
     rows = card_rows(entry)
     card = "".join(f"<tr><th>{bi(label)}</th><td>{esc(rows[k])}</td></tr>" for k, label in CARD_ROWS if k in rows)
     formulas = []
-    for k in bank.kernels(entry.recipe):
+    for k in anatomy.kernels(entry.recipe):
         src = link(f"source/{k.path}.html#L{k.line}", f"{esc(k.path)}:{k.line}")
         formulas.append(f"<h3>{bi(STAGE[k.stage])}: <code>{esc(k.qualname)}</code> "
                         f'<span class="muted">({ui("source")}: {src})</span></h3>'
@@ -236,11 +236,11 @@ def index_page(entries: list[MethodEntry], topic_data: Topics) -> str:
 
 
 def compare_page(have: set) -> str:
-    head = "".join(f"<th>{bi(label)}</th>" for _, label in bank.COMPARISON_COLUMNS)
+    head = "".join(f"<th>{bi(label)}</th>" for _, label in anatomy.COMPARISON_COLUMNS)
     rows = []
-    for row in bank.comparison_table():
+    for row in anatomy.comparison_table():
         cells = [f"<td>{method_link(row['method'], have)}</td>"]
-        cells += [f"<td>{esc(row[key])}</td>" for key, _ in bank.COMPARISON_COLUMNS[1:]]
+        cells += [f"<td>{esc(row[key])}</td>" for key, _ in anatomy.COMPARISON_COLUMNS[1:]]
         rows.append(f'<tr data-method="{esc(row["method"])}">{"".join(cells)}</tr>')
     body = (f'<h1>{ui("compare")}</h1><p class="muted">{ui("compare_note")}</p>'
             f'<div style="overflow-x:auto"><table class="compare"><tr>{head}</tr>{"".join(rows)}</table></div>')
@@ -261,7 +261,7 @@ def topics_page(topic_data: Topics, have: set) -> str:
 
 def source_page(rel: str) -> str:
     """One kernel file, line-numbered; `#L<n>` targets line n."""
-    text = (bank.PACKAGE_ROOT / rel).read_text(encoding="utf-8")
+    text = (anatomy.PACKAGE_ROOT / rel).read_text(encoding="utf-8")
     root = "../" * rel.count("/") + "../"
     lines = "".join(f'<span id="L{i}" data-n="{i}">{esc(line)}</span>' for i, line in enumerate(text.splitlines(), 1))
     body = f"<h1><code>{esc(rel)}</code></h1><pre class=\"src\">{lines}</pre>"
@@ -288,7 +288,7 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
              "topics.html": topics_page(topic_data, have)}
     for e in entries:
         pages[method_href(e.name)] = method_page(e, have)
-    sources = sorted({k.path for e in entries for k in bank.kernels(e.recipe)})
+    sources = sorted({k.path for e in entries for k in anatomy.kernels(e.recipe)})
     for rel in sources:
         pages[f"source/{rel}.html"] = source_page(rel)
     for name, text in pages.items():
