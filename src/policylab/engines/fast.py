@@ -18,7 +18,7 @@ how the forward runs:
 The model's train/eval mode does not matter (the loop has no dropout) and is left as it
 is; `model.generation_config` is never read.
 
-The decoder is computed here, layer by layer, from the model's own modules (q/k/v/o and
+The decoder (`engines.llama_decoder.LlamaDecoder`) is computed layer by layer from the model's own modules (q/k/v/o and
 MLP projections are called as modules, so weight sharing with the trainer is free and
 wrapped linears such as LoRA work). It follows LlamaForCausalLM exactly: RMSNorm with fp32
 statistics, rotary embedding from the model's `inv_freq` and attention scaling, grouped
@@ -50,22 +50,16 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..batch import RolloutBatch, SamplingSettings
 from ..logprobs import kept_set
 from .hf import HFEngine, _sampling_rng
+from .llama_decoder import LlamaDecoder, UnsupportedModel
 
 __all__ = ["FastEngine", "UnsupportedModel"]
 
 
-class UnsupportedModel(ValueError):
-    """FastEngine cannot run this model (architecture or setting it does not implement)."""
-
-
-_SUPPORTED = ("llama",)
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
-_HEAD_BLOCK = 2048  # output-head rows per matmul (see _Decoder.logits)
 
 
 class FastEngine(HFEngine):
@@ -110,7 +104,7 @@ class FastEngine(HFEngine):
         self.dtype = torch.bfloat16 if copy else own
         self.sampler = sampler
         self.compact_min = compact_min
-        self._net = _Decoder(model, copy)  # refuses unsupported architectures now
+        self._net = LlamaDecoder(model, copy)  # refuses unsupported architectures now
 
     # ------------------------------------------------------------------------------
     def generate(
@@ -258,183 +252,3 @@ def _draw_cdf(z: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
     u = torch.rand(n, 1, dtype=torch.float64, device=z.device) * cdf[:, -1:]
     tok[live] = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=z.shape[1] - 1)
     return tok
-
-
-class _Decoder:
-    """LlamaForCausalLM's forward, split into prefill / one decode step / output head,
-    over a preallocated cache tensor [2, layers, rows, kv_heads, S, head_dim]
-    (keys then values; one index_select on dim 2 compacts every layer's rows)."""
-
-    def __init__(self, model: torch.nn.Module, copy: bool):
-        cfg = getattr(model, "config", None)
-        decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        mtype = getattr(cfg, "model_type", None)
-        if mtype not in _SUPPORTED or decoder is None or head is None or not hasattr(decoder, "layers"):
-            raise UnsupportedModel(
-                f"FastEngine runs {', '.join(_SUPPORTED)} decoders; this model is "
-                f"{type(model).__name__} (model_type {mtype!r}). Use HFEngine (rollout.engine=hf)."
-            )
-        rope = cfg.rope_parameters if hasattr(cfg, "rope_parameters") else {}
-        if (rope or {}).get("rope_type", "default") == "dynamic":
-            raise UnsupportedModel("FastEngine does not implement dynamic RoPE scaling; use HFEngine")
-        self.model, self.decoder, self.head, self.copy = model, decoder, head, copy
-        self.layers = list(decoder.layers)
-        a0 = self.layers[0].self_attn
-        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = a0.head_dim
-        self.scale = a0.scaling
-        self.inv_freq = decoder.rotary_emb.inv_freq
-        self.rope_scale = float(decoder.rotary_emb.attention_scaling)
-        self._w: dict | None = None
-        if copy:
-            for layer in self.layers:
-                for lin in _linears(layer):
-                    if type(lin) is not torch.nn.Linear:
-                        raise UnsupportedModel(
-                            f"FastEngine(dtype=bf16) needs plain torch.nn.Linear projections, found "
-                            f"{type(lin).__module__}.{type(lin).__name__} (e.g. LoRA): use the model's own dtype"
-                        )
-
-    # ---- weights ---------------------------------------------------------------------
-    def refresh(self) -> None:
-        """bf16 copy: rebuilt from the current weights at the start of every decode call
-        (~0.1 s for 135M parameters here, against seconds of decoding). Not cached on the
-        tensors' version counters: fused optimizers (torch.optim.AdamW(fused=True))
-        update parameters without bumping them, and a stale copy would sample from old
-        weights while `logp_behavior` claimed the current version."""
-        if not self.copy:
-            return
-        bf = torch.bfloat16
-        w = {"embed": self.decoder.embed_tokens.weight.to(bf), "head": self.head.weight.to(bf),
-             "norm": self.decoder.norm.weight.to(bf), "layers": []}
-        for layer in self.layers:
-            w["layers"].append({name: (lin.weight.to(bf), None if lin.bias is None else lin.bias.to(bf))
-                                for name, lin in zip(_NAMES, _linears(layer))}
-                               | {"ln1": layer.input_layernorm.weight.to(bf),
-                                  "ln2": layer.post_attention_layernorm.weight.to(bf)})
-        self._w = w
-
-    def _lin(self, i: int, layer, name: str, x: torch.Tensor) -> torch.Tensor:
-        if not self.copy:
-            return getattr(layer.self_attn if name in ("q", "k", "v", "o") else layer.mlp, _ATTR[name])(x)
-        w, b = self._w["layers"][i][name]
-        return F.linear(x, w, b)
-
-    def _norm(self, module, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """LlamaRMSNorm: fp32 statistics, weight times the normalized input in x's dtype."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
-        return (module.weight if weight is None else weight) * h.to(x.dtype)
-
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.copy else self.decoder.embed_tokens.weight.dtype
-
-    # ---- cache and rotary ---------------------------------------------------------------
-    def new_cache(self, B: int, S: int, device) -> torch.Tensor:
-        """Uninitialized: every column a query reads has been written before (prompt columns,
-        padding included, by the prefill; column P+t by step t)."""
-        return torch.empty((2, len(self.layers), B, self.n_kv, S, self.head_dim), dtype=self.compute_dtype,
-                           device=device)
-
-    def compact(self, cache: torch.Tensor, keep: torch.Tensor, filled: int) -> torch.Tensor:
-        """A cache holding only the rows `keep`; only the `filled` written columns are copied."""
-        new = torch.empty(cache.shape[:2] + (keep.numel(),) + cache.shape[3:], dtype=cache.dtype, device=cache.device)
-        new[..., :filled, :] = cache[:, :, keep, :, :filled]
-        return new
-
-    def _rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [..., head_dim] for integer positions `pos` (LlamaRotaryEmbedding)."""
-        freqs = pos[..., None].float() * self.inv_freq.to(device=pos.device, dtype=torch.float)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
-
-    # ---- forward pieces -----------------------------------------------------------------
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        if self.copy:
-            return F.embedding(ids, self._w["embed"])
-        return self.decoder.embed_tokens(ids)
-
-    def _layer(self, i, layer, x, cos, sin, cache, cols: slice, key_ok):
-        """One decoder layer on x [R, Q, H]: writes its keys/values into cache columns
-        `cols`, attends over columns [0, cols.stop) where key_ok [R, Q, S'] is True."""
-        w = self._w["layers"][i] if self.copy else None
-        R, Q, _ = x.shape
-        nh, nkv, D = self.n_heads, self.n_kv, self.head_dim
-        h = self._norm(layer.input_layernorm, x, None if w is None else w["ln1"])
-        q = self._lin(i, layer, "q", h).view(R, Q, nh, D).transpose(1, 2)
-        k = self._lin(i, layer, "k", h).view(R, Q, nkv, D).transpose(1, 2)
-        v = self._lin(i, layer, "v", h).view(R, Q, nkv, D).transpose(1, 2)
-        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = q * c + _rotate_half(q) * s
-        k = k * c + _rotate_half(k) * s
-        cache[0, i, :, :, cols] = k
-        cache[1, i, :, :, cols] = v
-        keys, vals = cache[0, i, :, :, : cols.stop], cache[1, i, :, :, : cols.stop]
-        # grouped-query attention: query head h reads kv head h // (nh / nkv), as repeat_kv
-        o = F.scaled_dot_product_attention(q, keys, vals, attn_mask=key_ok[:, None], scale=self.scale,
-                                           enable_gqa=nh != nkv)  # [R, nh, Q, D]
-        x = x + self._lin(i, layer, "o", o.transpose(1, 2).reshape(R, Q, nh * D))
-        h = self._norm(layer.post_attention_layernorm, x, None if w is None else w["ln2"])
-        return x + self._lin(i, layer, "down", F.silu(self._lin(i, layer, "gate", h)) * self._lin(i, layer, "up", h))
-
-    def _final(self, x: torch.Tensor) -> torch.Tensor:
-        w = self._w["norm"] if self.copy else None
-        return self._norm(self.decoder.norm, x, w)
-
-    def prefill(self, ids, pmask, cache, G: int) -> torch.Tensor:
-        """Run the N distinct prompts [N, P]; copy their keys/values to the G rows of each
-        prompt; return the final hidden state at the last prompt position [N, H]."""
-        N, P = ids.shape
-        pos = (pmask.long().cumsum(-1) - 1).masked_fill(~pmask, 1)
-        cos, sin = self._rope(pos, self.compute_dtype)
-        causal = torch.ones((P, P), dtype=torch.bool, device=ids.device).tril()
-        # a padding query sees only itself: finite garbage (never read), no all-masked row
-        key_ok = (causal & pmask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=ids.device)
-        small = cache.new_zeros((2, len(self.layers), N, self.n_kv, P, self.head_dim))
-        x = self._embed(ids)
-        for i, layer in enumerate(self.layers):
-            x = self._layer(i, layer, x, cos, sin, small, slice(0, P), key_ok)
-        cache[:, :, :, :, :P] = small.repeat_interleave(G, dim=2)
-        return self._final(x[:, -1])
-
-    def step(self, tok, pos, col: int, cache, key_ok) -> torch.Tensor:
-        """One decode step for the cache rows: tok [R], positions [R], cache column `col`,
-        key_ok [R, col+1]. Returns the final hidden state [R, H]."""
-        cos, sin = self._rope(pos[:, None], self.compute_dtype)
-        x = self._embed(tok[:, None])
-        ok = key_ok[:, None, :]
-        for i, layer in enumerate(self.layers):
-            x = self._layer(i, layer, x, cos, sin, cache, slice(col, col + 1), ok)
-        return self._final(x[:, 0])
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[R, V] fp32. The vocabulary is split into blocks of `_HEAD_BLOCK` rows of the
-        output matrix: each logit is the same dot product (bit-identical to one call), but
-        a block's weights stay in cache (1.4x faster at R = 32 on the reference CPU)."""
-        if self.copy:
-            w, bias = self._w["head"], None
-        elif type(self.head) is torch.nn.Linear:
-            w, bias = self.head.weight, self.head.bias
-        else:
-            return self.head(hidden).float()  # a wrapped head (e.g. LoRA): call it as it is
-        n = w.shape[0]
-        parts = [F.linear(hidden, w[i : i + _HEAD_BLOCK], None if bias is None else bias[i : i + _HEAD_BLOCK])
-                 for i in range(0, n, _HEAD_BLOCK)]
-        return torch.cat(parts, dim=-1).float()
-
-
-_NAMES = ("q", "k", "v", "o", "gate", "up", "down")
-_ATTR = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-         "down": "down_proj"}
-
-
-def _linears(layer) -> list:
-    a, m = layer.self_attn, layer.mlp
-    return [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
