@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import platform
 import sys
 from pathlib import Path
 
@@ -58,12 +59,18 @@ def _vs_trl_args(model_dir, out, sides):
 
 def test_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     vs_trl = _load("vs_trl")
-    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab"))
-    p = report["sides"]["policylab"]
+    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab,policylab-system"))
+    p, sys_side = report["sides"]["policylab"], report["sides"]["policylab-system"]
     assert p["engine"] == "fast-fp32" and len(p["steps"]) == 1 and p["steps"][0]["completions"] == 8
     assert p["summary"]["completions_per_s"] > 0 and p["peak_rss_mb"] > 100
+    # each side in its own process: the trainer's allocator setting on one, glibc's defaults on the other,
+    # and the same samples and rewards (the setting changes no value)
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert p["allocator"].startswith("keep freed blocks" if glibc else "glibc default")
+    assert sys_side["allocator"] == "glibc default"
+    assert sys_side["steps"][0]["reward"] == p["steps"][0]["reward"]
     md = (tmp_path / "v.md").read_text()
-    assert "| completions/s |" in md and "| peak RSS (MB) |" in md
+    assert "| completions/s |" in md and "| peak RSS (MB) |" in md and "| allocator |" in md
 
 
 @pytest.mark.slow  # ~20 s: TRL import and trainer set-up; runs with `make test-all` when trl is installed
