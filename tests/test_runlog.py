@@ -45,3 +45,15 @@ def test_base_and_final_evaluations_are_plotted_at_their_steps(tmp_path, monkeyp
     runlog.write_plots(tmp_path)
     assert drawn["accuracy (held-out)"] == ([0, 2, 3], [0.13, 0.5, 0.9])
     assert drawn["reward (mean)"][0] == [1, 2, 3]
+
+
+def test_time_and_memory_plots_are_written(tmp_path):
+    log = runlog.RunLog(tmp_path, tensorboard=False)
+    for step in (1, 2):
+        log.log(step, {"reward/mean": 0.5, "time/generate_s": 1.0, "time/train_s": 2.0, "time/step_s": 3.0,
+                       "sys/rss_mb": 100.0 * step, "sys/peak_rss_mb": 200.0})
+    log.close()
+    written = {p.name for p in runlog.write_plots(tmp_path)}
+    assert {"reward.png", "time.png", "memory.png"} <= written
+    assert "kl.png" not in written  # nothing to draw: no file
+    assert (tmp_path / "plots" / "memory.png").stat().st_size > 1000

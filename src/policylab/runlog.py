@@ -18,6 +18,8 @@ PLOTS = {
     "entropy.png": [("policy/entropy", "mean token entropy (nats)")],
     "kl.png": [("kl/ref_k3", "KL to reference (k3, sampled tokens)"), ("kl/old_k3", "KL old→new after update (k3)")],
     "clip.png": [("policy/clip_frac", "clipped fraction (gradient-zeroing regions)")],
+    "time.png": [("time/generate_s", "sampling (s)"), ("time/train_s", "update (s)"), ("time/step_s", "step (s)")],
+    "memory.png": [("sys/rss_mb", "resident memory (MiB)"), ("sys/peak_rss_mb", "peak resident memory (MiB)")],
 }
 
 
