@@ -67,21 +67,16 @@ def zero_outside(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | Non
     return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
 
 
-def zero_outside_(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None, *,
-                  finite: bool | None = None) -> torch.Tensor:
+def zero_outside_(t: torch.Tensor, mask: torch.Tensor, *, finite: bool | None = None) -> torch.Tensor:
     """In-place `zero_outside` for a tensor the caller has just created (never an input).
-    Returns `t`. With a float mask `mask_f` and finite `t`: one product. Without one, for
-    a tensor outside autograd: torch.where written into `t` (no [B, T] temporary: at 1M
-    entries a fresh 4 MiB block can cost more than the select). In an autograd graph: the
-    product with a float mask built here (the gradient at masked positions is 0; autograd
-    allows it, the product's backward does not need `t`), or masked_fill_ when `t` holds
-    NaN/inf. (A product with the mask's uint8 view would look cheaper but converts it to
-    a float temporary inside the op.)"""
-    if mask_f is not None and mask_f.dtype == t.dtype and (finite or finite is None and _all_finite(t)):
-        return t.mul_(mask_f)
+    Returns `t`. Outside autograd: torch.where written into `t` (no [B, T] temporary: at
+    1M entries a fresh 4 MiB block can cost more than the select; NaN/inf at masked
+    positions become 0 as well). In an autograd graph: the product with the float mask
+    when `t` is finite (`finite`, else one sum tells; the gradient at masked positions is
+    0, and autograd allows it: the product's backward does not need `t`), or masked_fill_
+    when `t` holds NaN/inf. (A product with the mask's uint8 view would look cheaper but
+    converts it to a float temporary inside the op.)"""
     if not t.requires_grad:
-        # no float mask at hand: a select into t itself (no [B, T] allocation; NaN/inf
-        # at masked positions become 0 as well)
         return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device), out=t)
     if finite or finite is None and _all_finite(t):
         return t.mul_(float_mask(mask, t.dtype))

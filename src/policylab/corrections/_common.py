@@ -58,17 +58,16 @@ def check_band(low: float, high: float) -> tuple[float, float]:
     return lo, hi
 
 
-def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
-                     mask_f: torch.Tensor | None = None, *, finite: bool | None = None) -> torch.Tensor:
+def masked_log_ratio(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor, *,
+                     finite: bool | None = None) -> torch.Tensor:
     """num - den where the mask counts, exactly 0 elsewhere (so padding garbage, NaN or
-    inf, can never reach an exp or a gradient). The difference is masked in place (one
-    [B, T] allocation besides the float mask, which the caller may pass as `mask_f`);
-    `finite=True` (from `check_roles`) skips the finiteness pass.
+    inf, can never reach an exp or a gradient), masked in place: one [B, T] allocation.
+    `finite=True` (from `check_roles`) skips the finiteness pass inside a graph.
     Differentiable in num and den (gradient 0 at masked positions)."""
     # NaN/inf at padding become NaN/inf in the difference; the in-place masking (a select,
     # or masked_fill_ inside a graph, whose backward sends 0 there) sets them to 0: no NaN
     # value or gradient either
-    return zero_outside_(num - den, mask, mask_f, finite=finite)
+    return zero_outside_(num - den, mask, finite=finite)
 
 
 def scalar(x: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor:

@@ -35,7 +35,7 @@ from .._checks import check_finite, expand_adv
 from ..errors import MissingQuantityError, ShapeError
 from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
 from ._host import clip_active, clipped_surrogate
-from .diagnostics import mismatch_stats
+from .diagnostics import log_ratio_stats
 
 
 @dataclass(frozen=True)
@@ -116,19 +116,19 @@ def minirl_loss(
     check_finite(adv, "adv", mask)
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     adv = torch.where(mask, adv, zero)
-    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)
+    k_raw = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)  # log engine ratio, uncapped
+    log_k = k_raw
     if engine_cap is not None:
-        log_k = torch.clamp(log_k, max=math.log(check_positive("engine_cap", engine_cap)))
+        log_k = torch.clamp(k_raw, max=math.log(check_positive("engine_cap", engine_cap)))
     w = torch.where(mask, torch.exp(log_k), zero).detach()
     rho = torch.exp(masked_log_ratio(logp, logp_old.detach(), mask))
     lo, hi = 1.0 - float(eps_low), 1.0 + float(eps_high)
     loss = torch.where(mask, w * clipped_surrogate(rho, adv, lo, hi), zero)
-    k_raw = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)
     capped = k_raw > math.log(engine_cap) if engine_cap is not None else torch.zeros_like(mask)
     metrics = {
         "clip_frac": masked_fraction(clip_active(rho.detach(), adv, lo, hi), mask, logp),
         "frac_engine_capped": masked_fraction(capped, mask, logp),
         "engine_weight_mean": masked_mean(w, mask, logp),
-        **mismatch_stats(logp_old, logp_behavior, mask),
+        **log_ratio_stats(k_raw, mask, logp_old),  # = mismatch_stats(logp_old, logp_behavior, mask)
     }
     return loss, prefixed("minirl", metrics)

@@ -26,7 +26,7 @@ import torch
 from .._checks import check_finite, expand_adv
 from ..errors import BatchReuseError
 from ._common import check_band, check_roles, fraction, masked_log_ratio, prefixed
-from .diagnostics import mismatch_stats
+from .diagnostics import log_ratio_stats
 from .icepop import band_weight
 
 
@@ -110,6 +110,7 @@ def online_icepop(
     check_finite(adv, "adv", mask)
     log_k = masked_log_ratio(logp.detach(), logp_behavior.detach(), mask)
     n = int(torch.count_nonzero(mask))
+    stats = log_ratio_stats(log_k, mask, logp)  # = mismatch_stats(logp, logp_behavior, mask)
     w, n_high, n_low = band_weight(log_k, mask, low, high, scratch=log_k)  # log k is not needed after
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     lp = torch.where(mask, logp, zero)
@@ -117,6 +118,6 @@ def online_icepop(
     loss = torch.where(mask, -w * torch.where(mask, adv, zero) * carrier, zero)
     metrics = {
         "frac_masked": fraction(n_high + n_low, n, w),
-        **mismatch_stats(logp, logp_behavior, mask),
+        **stats,
     }
     return loss, prefixed("online_icepop", metrics)
