@@ -14,6 +14,8 @@ token tokens[i, P + t]. Log-probs are stored by role (see DESIGN.md):
     logp_behavior   the distribution that actually emitted the token (rollout engine)
     logp_old        the training-side policy at the sampling weights
     logp_ref        the KL anchor
+    logp_current    the learner at the start of the update round (detached; for weights
+                    that are frozen for the round, e.g. GMC, SIS, GGPO)
 
 A method names the fields it needs (`require`); a batch without one is refused with a
 `MissingQuantityError` that says how to produce it. Nothing is ever zero-filled.
@@ -39,6 +41,8 @@ HOW_TO_PRODUCE = {
     "`logp_behavior` in its place.",
     "logp_ref": "Run the reference model's forward over the batch (the trainer loads a "
     "reference model when a KL term is configured).",
+    "logp_current": "Run the learner's forward (no grad) at the start of the update round; "
+    "the trainer does so for methods that declare it.",
     "values": "Run the critic over the batch at rollout time (methods `ppo` and `vapo` "
     "train a value head).",
     "rewards": "Score the responses with a reward function (policylab.rewards).",
@@ -74,7 +78,7 @@ class SamplingSettings:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
 
 
-_BT_FIELDS = ("logp_behavior", "logp_old", "logp_ref", "values", "token_rewards")
+_BT_FIELDS = ("logp_behavior", "logp_old", "logp_ref", "logp_current", "values", "token_rewards")
 _B_FIELDS = ("rewards", "greedy_rewards")
 
 
@@ -94,6 +98,7 @@ class RolloutBatch:
     logp_behavior: torch.Tensor | None = None
     logp_old: torch.Tensor | None = None
     logp_ref: torch.Tensor | None = None
+    logp_current: torch.Tensor | None = None  # the learner at the start of the update round, detached
     values: torch.Tensor | None = None
     # rewards in their forms
     rewards: torch.Tensor | None = None  # [B] shaped scalar reward
@@ -171,7 +176,10 @@ class RolloutBatch:
             if t is not None:
                 if t.shape != (B,):
                     raise ShapeError(f"`{name}` must be [B] = ({B},), got {tuple(t.shape)}")
-                check_finite(t, name)
+                # a self-labelled reward may be NaN where its label does not exist, and only
+                # where `outcome["eligible"]` says so (a filter must remove those rows)
+                eligible = self.outcome.get("eligible") if name == "rewards" else None
+                check_finite(t, name, eligible.bool() if eligible is not None else None)
         if self.reward_vectors is not None and (
             self.reward_vectors.dim() != 2 or self.reward_vectors.shape[0] != B
         ):

@@ -60,11 +60,11 @@ class TrainConfig:
     epochs: int = 1  # K passes over each rollout batch
     minibatches: int = 1  # optimizer steps per pass (the batch is split into this many)
     micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a minibatch)
-    dtype: str = "fp32"  # fp32 | bf16 (autocast for the training forward, fp32 master weights)
+    dtype: str = "fp32"  # fp32 | bf16 (autocast for the training forward, fp32 master weights) | fp64
+    device: str = "cpu"  # torch device of the policy, reference and critic (autocast follows it)
     lora_rank: int = 0  # > 0: train LoRA adapters (peft) instead of all weights
     lora_alpha: float = 16.0  # LoRA scaling numerator
-    critic_lr: float = 1e-5  # critic (value head + backbone copy) learning rate, ppo/vapo
-    value_pretrain_steps: int = 0  # vapo: critic-only steps before any policy update
+    critic_lr: float = 1e-5  # learning rate of the critic (value head + backbone copy) of methods that have one
     skip_nonfinite: bool = True  # skip (and log) an optimizer step whose loss or grads are non-finite
     shared_prefix: bool = True  # compute each distinct prompt once per minibatch (same gradient; see policylab.prefix)
 
@@ -207,6 +207,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         (t.epochs >= 1 and t.minibatches >= 1, "train.epochs and train.minibatches must be >= 1"),
         (t.micro_batch_size >= 1, "train.micro_batch_size must be >= 1"),
         (t.dtype in ("fp32", "bf16", "fp64"), "train.dtype must be fp32, bf16 or fp64"),
+        (_valid_device(t.device), f"train.device {t.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"),
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
@@ -219,6 +220,16 @@ def validate(cfg: RunConfig) -> RunConfig:
     if total % t.minibatches:
         raise ConfigError(f"a rollout batch of {total} sequences does not split into train.minibatches={t.minibatches}")
     return cfg
+
+
+def _valid_device(name: str) -> bool:
+    import torch
+
+    try:
+        torch.device(name)
+    except (RuntimeError, TypeError):
+        return False
+    return True
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:

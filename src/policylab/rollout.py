@@ -1,103 +1,91 @@
-"""Collecting one training batch: prompts -> engine samples -> rewards -> filters.
+"""Collecting one training batch: the method's source -> its reward stages -> its filters,
+refilled until enough groups pass.
 
-The engine records the behavior log-prob of every sampled token. Rewards are computed
-from the decoded text; the raw outcome (correctness) is kept apart from the shaped
-reward, and dynamic sampling decides on the raw outcome only. Filtered groups are
-replaced by sampling more prompts, never by padding with zero-advantage data.
+The source records the behavior log-prob of every sampled token. Reward stages score the
+decoded text; the raw outcome (correctness) is kept apart from the shaped reward, and
+filters decide on what they declare to read (dynamic sampling: the raw outcome only).
+Filtered groups are replaced by sampling more prompts, never by padding with
+zero-advantage data.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from .batch import RolloutBatch, SamplingSettings, concat_batches
-from .errors import NonFiniteError
-from .methods.registry import Recipe
+from .errors import PolicylabError
+from .methods.context import Sampled, StageContext
+from .methods.spec import Method, Stage
 
 
-@dataclass
-class Scored:
-    """What the reward stage adds to a batch; `gold_correct` is for metrics only."""
-
-    rewards: torch.Tensor  # [B] shaped reward used for advantages
-    outcome: dict[str, torch.Tensor]  # raw metrics [B] (never shaped)
-    gold_correct: torch.Tensor | None  # [B] correctness against gold (evaluator-side for TTRL)
-    info: dict = field(default_factory=dict)
-
-
-def score(recipe: Recipe, texts: list[str], answers: list[str], group: torch.Tensor, lengths: torch.Tensor,
-          reward_fn, *, extra: tuple = (), prompts: list[str] | None = None,
-          overlong: tuple[int, int] | None = None) -> Scored:
-    """Rewards for decoded responses.
-
-    `reward_fn(texts, answers, **context) -> list[float]` is the task's verifier: its raw
-    value is the outcome (`correct`) that filters and accuracy read. `extra` holds
-    (name, fn, weight) shaping terms; the shaped reward is `combine_rewards` over the
-    verifier (weight 1) and the extras (None = not applicable to that sample). With
-    `reward_source == "majority_vote"` (TTRL) the gold answers are read only to report
-    `gold_correct`, never to build the reward. A function that raises, or returns NaN/inf,
-    stops the step with an error naming the function and the sample."""
-    from .rewards import combine_rewards
-
-    name = getattr(reward_fn, "__name__", "verifier")
-    total, per_fn = combine_rewards([(name, reward_fn, 1.0), *extra], texts, answers, prompts=prompts)
-    gold = per_fn[name].float()
-    if bool(torch.isnan(gold).any()):
-        i = int(torch.isnan(gold).nonzero()[0])
-        raise NonFiniteError(f"the verifier `{name}` returned None for sample {i}: a verifier must score every response")
-    info: dict = {f"reward/{k}": float(torch.nanmean(v)) for k, v in per_fn.items()} if extra else {}
-    if recipe.reward_source == "majority_vote":
-        from .rewards import pseudo_label_agreement, ttrl_rewards
-
-        rewards, eligible, tinfo = ttrl_rewards(texts, group)
-        eligible = torch.as_tensor(eligible, dtype=torch.bool)
-        rewards = torch.as_tensor(rewards, dtype=torch.float32)
-        info.update({f"ttrl/{k}": v for k, v in tinfo.items() if isinstance(v, (int, float))})
-        if bool(eligible.any()):  # evaluator-side diagnostic: gold never reaches the reward
-            info["ttrl/pseudo_label_agreement"] = float(pseudo_label_agreement(rewards, gold, eligible))
-        info["ttrl/ineligible_fraction"] = float((~eligible).float().mean())
-        # ineligible groups (tied vote, nothing parseable) have NaN rewards by design: they are
-        # removed by `keep_groups` before anything reads them; carry a finite placeholder only
-        # so the batch validates, and the `eligible` outcome that removes them
-        rewards = torch.where(eligible, rewards, torch.zeros_like(rewards))
-        outcome = {"correct": rewards.clone(), "eligible": eligible}
-    else:
-        rewards = total.float()
-        outcome = {"correct": gold.clone()}
-    if overlong is not None:
-        from .rewards import overlong_penalty
-
-        pen = overlong_penalty(lengths, max_len=overlong[0], cache_len=overlong[1]).to(rewards.dtype)
-        rewards = rewards + pen
-        info["reward/overlong_penalty_mean"] = float(pen.mean())
-    return Scored(rewards=rewards, outcome=outcome, gold_correct=gold, info=info)
+def apply_changes(batch: RolloutBatch, changes: dict, stage: Stage) -> RolloutBatch:
+    """`batch` with a stage's changes: `outcome` and `extras` dicts are merged into the
+    batch's; any field (or outcome/extras key) the stage did not declare in `writes` is
+    refused, so a stage cannot change what it does not say it changes."""
+    if not changes:
+        return batch
+    declared = set(stage.writes)
+    fields = {}
+    for key, value in changes.items():
+        if key in ("outcome", "extras"):
+            undeclared = [f"{key}.{k}" for k in value if f"{key}.{k}" not in declared]
+            if undeclared:
+                raise PolicylabError(f"stage `{stage.name}` writes {undeclared} without declaring them")
+            fields[key] = {**getattr(batch, key), **value}
+        else:
+            if key not in declared:
+                raise PolicylabError(f"stage `{stage.name}` writes `{key}` without declaring it")
+            fields[key] = value
+    return batch.replace(**fields).validate()
 
 
-def attach(batch: RolloutBatch, scored: Scored, greedy_rewards: torch.Tensor | None = None) -> RolloutBatch:
-    extras = dict(batch.extras)
-    if scored.gold_correct is not None:
-        extras["gold_correct"] = scored.gold_correct
-    return batch.replace(rewards=scored.rewards, outcome=scored.outcome, greedy_rewards=greedy_rewards, extras=extras)
+def _score_sampled(method: Method, s: Sampled, ctx: StageContext, info: dict) -> Sampled:
+    for stage in method.active("reward"):
+        changes, sinfo = stage.fn(s, ctx.for_stage(method, stage))
+        s.batch = apply_changes(s.batch, changes, stage)
+        info.update(sinfo)
+    return s
 
 
-def keep_groups(recipe: Recipe, batch: RolloutBatch, *, tol: float = 0.0) -> tuple[torch.Tensor, dict]:
-    """[B] bool: sequences whose group trains. Dynamic sampling reads the raw outcome."""
+def _keep(method: Method, batch: RolloutBatch, ctx: StageContext) -> torch.Tensor:
     keep = torch.ones(batch.size, dtype=torch.bool)
-    info: dict = {}
-    if recipe.filter == "dynamic_sampling":
-        from .filters import dynamic_sampling_keep
-
-        keep, finfo = dynamic_sampling_keep(batch.outcome["correct"], batch.group, tol=tol)
-        info.update({f"filter/{k}": v for k, v in finfo.items()})
-    if "eligible" in batch.outcome:  # TTRL: tied majorities are not trained on
-        keep = keep & batch.outcome["eligible"]
-    return keep, info
+    for stage in method.active("filter"):
+        k, _ = stage.fn(batch, ctx.for_stage(method, stage))
+        keep = keep & k
+    return keep
 
 
-def merge(parts: list[RolloutBatch], batch_id: str) -> RolloutBatch:
-    return concat_batches(parts, batch_id)
+def collect(method: Method, ctx: StageContext, *, prompts_per_step: int, max_refill_rounds: int,
+            tag: str) -> tuple[RolloutBatch | None, dict]:
+    """Sample until the batch has `prompts_per_step` groups that pass the filters (or the
+    refill budget is spent: then a smaller batch trains and that is logged)."""
+    need, parts, info, rounds, sampled = prompts_per_step, [], {}, 0, 0
+    n_seen_groups = n_kept_groups = 0
+    while need > 0 and rounds <= max_refill_rounds:
+        round_ctx = StageContext(**{**ctx.__dict__, "batch_tag": f"{tag}-r{rounds}"})
+        s = method.source.fn(need, round_ctx.for_stage(method, method.source))
+        sampled += s.batch.size
+        s = _score_sampled(method, s, round_ctx, info)
+        b = s.batch
+        keep = _keep(method, b, round_ctx)
+        n_seen_groups += int(torch.unique(b.group).numel())
+        kept = b.select(keep)
+        kept_groups = torch.unique(kept.group)
+        n_kept_groups += int(kept_groups.numel())
+        if kept_groups.numel() > need:  # more than needed: keep whole groups, in order
+            kept = kept.select(torch.isin(kept.group, kept_groups[:need]))
+            info["filter/surplus_groups_dropped"] = info.get("filter/surplus_groups_dropped", 0) + int(kept_groups.numel() - need)
+        if kept.size:
+            parts.append(kept)
+        need -= min(need, int(kept_groups.numel()))
+        rounds += 1
+    info["filter/filtered_fraction"] = 1.0 - n_kept_groups / max(n_seen_groups, 1)
+    info["filter/refill_rounds"] = rounds - 1
+    info["filter/missing_groups"] = need  # > 0: the refill budget ran out, a smaller batch trains
+    info["rollout/sampled_sequences"] = sampled
+    if not parts:
+        return None, info
+    return concat_batches(parts, tag), info
 
 
 def sampling_from(cfg) -> SamplingSettings:

@@ -19,11 +19,13 @@ def _console():
 
 
 def summary(trainer: Trainer) -> str:
-    cfg, rc = trainer.cfg, trainer.recipe
+    cfg, rc = trainer.cfg, trainer.method
     n = sum(p.numel() for p in trainer.model.parameters())
     ntrain = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     card = rc.card
-    kl = f"{rc.kl.estimator} x {rc.kl.coef} in the {rc.kl.placement}" if rc.kl else "none"
+    p = rc.p
+    kl = (f"{p['kl_estimator']} x {p['kl_coef']} in the {p['kl_placement']}"
+          if "kl_coef" in p and p["kl_coef"] > 0 else "none")
     r, t = cfg.rollout, cfg.train
     lines = [
         f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {t.dtype} training)",
@@ -34,7 +36,8 @@ def summary(trainer: Trainer) -> str:
         f"device     cpu, {__import__('torch').get_num_threads()} threads, allocator: {_allocator_line()}",
         f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
         f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
-        f"old logp   {'recomputed by the trainer' if trainer._needs_old_pass() else 'same forward (single on-policy update: ratio exactly 1)'}",
+        f"old logp   {'recomputed by the trainer' if trainer.needs_old_pass() else 'same forward (single on-policy update: ratio exactly 1)'}",
+        f"params     " + ", ".join(f"{k}={v}" for k, v in p.items()),
         f"run dir    {cfg.run_dir}",
     ]
     return "\n".join(lines)

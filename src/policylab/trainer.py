@@ -1,12 +1,16 @@
-"""The trainer: a thin loop over pure stages.
+"""The trainer: a thin loop over the stages of whatever method it is given.
 
-    prompts -> engine samples (behavior log-probs recorded) -> rewards -> filters (refill)
-    -> old / reference log-probs and values, only when the recipe needs them
-    -> advantages -> K passes x minibatches of optimizer steps (normalizer once per step)
-    -> the engine shares the policy's weights (sync is free for the HF engine) -> log
+    source -> reward stages -> filters (refill)               rollout.collect
+    -> role passes at the sampling weights (π_old, reference, values)
+    -> [staleness queue] -> role passes at the current weights (logp_current)
+    -> round stages -> advantage stage
+    -> K passes x minibatches of optimizer steps (objective x corrections + addends, terms;
+       normalizer once per step; gradient stages before the step)
+    -> critic step (methods with a critic) -> after stages -> sync the rollout backend -> log
 
-Every sample carries the policy version that produced it; the version advances with
-every optimizer step.
+It never names a method or a method's parameter: what a method needs it declares on its
+spec (`policylab.methods.spec.Method`). Every sample carries the policy version that
+produced it; the version advances with every optimizer step.
 """
 
 from __future__ import annotations
@@ -18,16 +22,15 @@ from pathlib import Path
 import torch
 
 from . import methods, runtime
+from .backends.local import LocalRollout, LocalWorker
 from .batch import RolloutBatch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .config import ConfigError, RunConfig
+from .config import RunConfig
 from .errors import PolicylabError
-from .logprobs import model_logprobs
-from .prefix import shared_prefix_or_none
-from .methods import stages
-from .rollout import attach, keep_groups, merge, sampling_from, score
+from .methods.context import StageContext
+from .methods.spec import RunShape
+from .rollout import apply_changes, collect, sampling_from
 from .trainer_support import (
-    _autocast,
     _adamw,
     _build_engine,
     _lr_lambda,
@@ -38,7 +41,13 @@ from .trainer_support import (
     load_run_config,  # noqa: F401  (re-exported: run.py and cli.py import it from here)
     save_config,  # noqa: F401
 )
-from .update import optimizer_step
+
+
+def run_shape(cfg: RunConfig) -> RunShape:
+    r, t = cfg.rollout, cfg.train
+    return RunShape(prompts_per_step=r.prompts_per_step, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
+                    temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, epochs=t.epochs,
+                    minibatches=t.minibatches, staleness=r.staleness, engine_differs=r.engine_dtype != "fp32")
 
 
 class Trainer:
@@ -56,56 +65,45 @@ class Trainer:
         if cfg.keep_freed_memory:
             runtime.keep_freed_memory()
         _seed_everything(cfg.seed)
-        self.recipe = methods.get(cfg.method).with_params(cfg.method_params)
-        if not self.recipe.runnable:
-            raise PolicylabError(f"method `{cfg.method}` is a literature-only card and cannot be trained")
-        if cfg.rollout.group_size < self.recipe.min_group_size:
-            raise ConfigError(
-                f"method `{cfg.method}` needs rollout.group_size >= {self.recipe.min_group_size}, got {cfg.rollout.group_size}"
-            )
-        dtype = torch.float64 if cfg.train.dtype == "fp64" else torch.float32
+        self.shape = run_shape(cfg)
+        self.method = methods.get(cfg.method).with_params(cfg.method_params, self.shape)
+        t = cfg.train
+        self.device = torch.device(t.device)
+        dtype = torch.float64 if t.dtype == "fp64" else torch.float32
         self.model, self.tokenizer = load_policy(cfg.model, dtype=dtype)
-        self.model.train()
+        self.model.to(self.device).train()
         self.model.config.use_cache = True
-        self.ref_model = None
-        if "logp_ref" in self.recipe.required_fields:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        if cfg.train.lora_rank > 0:
-            self.model = _wrap_lora(self.model, cfg.train)
+        ref_model = None
+        if "logp_ref" in self.method.roles:
+            ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if t.lora_rank > 0:
+            self.model = _wrap_lora(self.model, t)
         self.critic = self.critic_opt = None
-        if self.recipe.critic:
+        if self.method.critic is not None:
             from .critic import ValueModel
 
-            self.critic = ValueModel(self.model)
-            self.critic_opt = _adamw(self.critic.parameters(), lr=cfg.train.critic_lr)
-        self.engine = _build_engine(self.model, self.tokenizer, cfg.rollout)
+            self.critic = ValueModel(self.model).to(self.device)
+            self.critic_opt = _adamw(self.critic.parameters(), lr=t.critic_lr)
+        engine = _build_engine(self.model, self.tokenizer, cfg.rollout)
+        self.engine = engine
+        self.rollout = LocalRollout(engine, same_numerics_as_trainer=not self.shape.engine_differs)
         self.task = build_task(cfg.task, seed=cfg.seed)
         self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = _adamw(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas), weight_decay=cfg.train.weight_decay)
-        self.total_opt_steps = cfg.train.steps * cfg.train.epochs * cfg.train.minibatches
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg.train, self.total_opt_steps))
+        self.optimizer = _adamw(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
+        self.total_opt_steps = t.steps * t.epochs * t.minibatches
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t, self.total_opt_steps))
+        self.worker = LocalWorker(self.model, self.optimizer, self.scheduler, ref_model=ref_model, critic=self.critic,
+                                  critic_optimizer=self.critic_opt, micro_batch_size=t.micro_batch_size,
+                                  dtype=t.dtype, device=self.device, grad_clip=t.grad_clip,
+                                  skip_nonfinite=t.skip_nonfinite, shared_prefix=t.shared_prefix)
+        self.ref_model = ref_model
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
-        self.sis_gen = torch.Generator().manual_seed(cfg.seed + 29)  # SIS acceptance draws
-        self.controllers: dict = {}
-        if self.recipe.single_use:
-            if cfg.train.epochs != 1 or cfg.train.minibatches != 1:
-                raise ConfigError(
-                    f"method `{cfg.method}` uses every batch for exactly one update: set train.epochs=1 and "
-                    "train.minibatches=1 (gradient accumulation over micro-batches is fine)"
-                )
-            from .corrections import BatchLedger
-
-            self.controllers["ledger"] = BatchLedger()
-        if self.recipe.params.get("scale") == "ema":
-            from .advantages import EmaScale
-
-            self.controllers["ema_scale"] = EmaScale(decay=float(self.recipe.params.get("ema_decay", 0.99)))
+        self.controllers = self.method.state_objects(cfg.seed)
         self.step = 0
         self.policy_version = 0
         self.prompt_counter = 0
         self.stale_queue: list[RolloutBatch] = []
-        self.L_norm = self.recipe.params.get("L_norm") or cfg.rollout.max_new_tokens
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:
@@ -125,115 +123,82 @@ class Trainer:
             )
         return ids
 
+    def _new_groups(self, n: int) -> list[int]:
+        groups = list(range(self.prompt_counter, self.prompt_counter + n))
+        self.prompt_counter += n
+        return groups
+
+    def score(self, texts: list[str], examples: list) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The reward protocol: the task verifier (weight 1) plus the configured shaping
+        functions; returns (total [B], per-function values, the verifier's raw value [B]).
+        A function that raises, or returns NaN/inf, stops the step with an error naming the
+        function and the sample; a verifier that cannot score a response (None) too."""
+        from .errors import NonFiniteError
+        from .rewards import combine_rewards
+
+        fn = self.task.reward_fn
+        name = getattr(fn, "__name__", "verifier")
+        total, per_fn = combine_rewards([(name, fn, 1.0), *self.extra_rewards], texts, [e.answer for e in examples],
+                                        prompts=[e.prompt for e in examples])
+        gold = per_fn[name].float()
+        if bool(torch.isnan(gold).any()):
+            i = int(torch.isnan(gold).nonzero()[0])
+            raise NonFiniteError(f"the verifier `{name}` returned None for sample {i}: a verifier must score every response")
+        return total, per_fn, gold
+
+    def context(self, tag: str = "") -> StageContext:
+        """The trainer's services for this step, as stages see them."""
+        return StageContext(
+            p=None, state=self.controllers, run=self.shape, policy_version=self.policy_version,
+            sampling=sampling_from(self.cfg.rollout), rollout=self.rollout, worker=self.worker, score=self.score,
+            next_train=self.task.next_train, encode=self.encode, new_groups=self._new_groups,
+            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+            task_reward=self.task.reward_fn, batch_tag=tag,
+        )
+
     # ------------------------------------------------------------------ rollout
-    def _sample(self, n_prompts: int, tag: str) -> RolloutBatch:
+    def collect(self) -> tuple[RolloutBatch | None, dict]:
+        """Sample until the batch has `prompts_per_step` groups that pass the method's
+        filters (or the refill budget is spent: then a smaller batch trains, logged)."""
         r = self.cfg.rollout
-        examples = self.task.next_train(n_prompts)
-        prompts = [self.encode(e.prompt) for e in examples]
-        groups = list(range(self.prompt_counter, self.prompt_counter + n_prompts))
-        self.prompt_counter += n_prompts
-        batch = self.engine.generate(
-            prompts, group_size=r.group_size, sampling=sampling_from(r), max_new_tokens=r.max_new_tokens,
-            policy_version=self.policy_version, batch_id=tag, group_ids=groups,
-            record_topk=int(self.recipe.params.get("sis_topk", 0)),
-        )
-        texts = self.engine.decode_responses(batch)
-        answers = [e.answer for e in examples for _ in range(r.group_size)]
-        overlong = None
-        if "overlong" in self.recipe.shaping:
-            mx = self.recipe.params.get("overlong_max") or r.max_new_tokens
-            cache = self.recipe.params.get("overlong_cache") or max(1, mx // 4)
-            overlong = (int(mx), int(cache))
-        scored = score(self.recipe, texts, answers, batch.group, batch.response_lengths, self.task.reward_fn,
-                       extra=self.extra_rewards, prompts=[e.prompt for e in examples for _ in range(r.group_size)],
-                       overlong=overlong)
-        greedy = None
-        if self.recipe.greedy_baseline:
-            g_ids = self.engine.greedy(prompts, max_new_tokens=r.max_new_tokens)
-            g_texts = self.tokenizer.batch_decode(g_ids, skip_special_tokens=True)
-            g = torch.as_tensor(self.task.reward_fn(g_texts, [e.answer for e in examples]), dtype=torch.float32)
-            greedy = g.repeat_interleave(r.group_size)
-        self._last_info = scored.info
-        batch = attach(batch, scored, greedy)
-        if self.recipe.advantage == "grpo_process":  # rule-based steps: lines of the response
-            from .rewards.process import line_steps
+        tag = f"v{self.policy_version}-s{self.step}"
+        return collect(self.method, self.context(tag), prompts_per_step=r.prompts_per_step,
+                       max_refill_rounds=r.max_refill_rounds, tag=tag)
 
-            steps = line_steps(self.tokenizer, batch.response_tokens, batch.loss_mask, answers, self.task.reward_fn)
-            batch = batch.replace(extras={**batch.extras, **steps})
-        return batch
-
-    def collect(self) -> tuple[RolloutBatch, dict]:
-        """Sample until the batch has `prompts_per_step` eligible groups (or the refill
-        budget is spent: then a smaller batch trains and that is logged)."""
-        r = self.cfg.rollout
-        need, parts, info, rounds, sampled = r.prompts_per_step, [], {}, 0, 0
-        n_seen_groups = n_kept_groups = 0
-        while need > 0 and rounds <= r.max_refill_rounds:
-            b = self._sample(need, f"v{self.policy_version}-s{self.step}-r{rounds}")
-            sampled += b.size
-            info.update(self._last_info)
-            keep, _ = keep_groups(self.recipe, b)
-            n_seen_groups += int(torch.unique(b.group).numel())
-            kept = b.select(keep)
-            kept_groups = torch.unique(kept.group)
-            n_kept_groups += int(kept_groups.numel())
-            if kept_groups.numel() > need:  # more than needed: keep whole groups, in order
-                kept = kept.select(torch.isin(kept.group, kept_groups[:need]))
-                info["filter/surplus_groups_dropped"] = info.get("filter/surplus_groups_dropped", 0) + int(kept_groups.numel() - need)
-            if kept.size:
-                parts.append(kept)
-            need -= min(need, int(kept_groups.numel()))
-            rounds += 1
-        info["filter/filtered_fraction"] = 1.0 - n_kept_groups / max(n_seen_groups, 1)
-        info["filter/refill_rounds"] = rounds - 1
-        info["filter/missing_groups"] = need  # > 0: the refill budget ran out, a smaller batch trains
-        info["rollout/sampled_sequences"] = sampled
-        if not parts:
-            return None, info
-        batch = merge(parts, f"v{self.policy_version}-s{self.step}")
-        return batch, info
-
-    # ------------------------------------------------------------ per-role passes
-    def _needs_old_pass(self) -> bool:
-        t = self.cfg.train
-        return (
-            t.epochs > 1 or t.minibatches > 1 or self.recipe.correction is not None
-            or "logp_old" in self.recipe.required_fields or self.cfg.rollout.staleness > 0
-            # a behavior engine that differs from training: π_old must come from the trainer
-            or self.cfg.rollout.engine_dtype != "fp32"
-        )
-
-    @torch.no_grad()
-    def _role_logprobs(self, model, batch: RolloutBatch) -> torch.Tensor:
-        out = []
-        mbs = self.cfg.train.micro_batch_size
-        prefix = None
-        if self.cfg.train.shared_prefix:
-            with _autocast(self.cfg.train.dtype):
-                prefix = shared_prefix_or_none(model, batch.tokens, batch.attention_mask, batch.prompt_width)
-        for idx in torch.arange(batch.size).split(mbs):
-            mb = batch.select(idx)
-            with _autocast(self.cfg.train.dtype):
-                if prefix is not None:
-                    lp = prefix.logprobs(model, idx, mb.tokens, mb.attention_mask, sampling=mb.sampling)
-                else:
-                    lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
-            out.append(torch.where(mb.loss_mask, lp.float() if lp.dtype != torch.float64 else lp, torch.zeros((), dtype=lp.dtype)))
-        return torch.cat(out)
+    # ------------------------------------------------------------ role passes
+    def needs_old_pass(self) -> bool:
+        """π_old must be recomputed unless this is a single on-policy update whose
+        engine has the trainer's numerics (then it is sg(logp) of the training forward)."""
+        return "logp_old" in self.method.roles or not self.shape.single_update or not self.rollout.same_numerics_as_trainer
 
     def prepare(self, batch: RolloutBatch) -> RolloutBatch:
+        """Role passes at the sampling weights, right after sampling: π_old (exact, even
+        when the batch trains k versions later: the snapshot route), the reference, the
+        critic's values."""
         changes = {}
-        if self._needs_old_pass():
-            changes["logp_old"] = self._role_logprobs(self.model, batch)
-        if self.ref_model is not None:
-            changes["logp_ref"] = self._role_logprobs(self.ref_model, batch)
-        if self.critic is not None:
-            changes["values"] = self.critic.values(batch)
+        roles = self.method.roles
+        if self.needs_old_pass():
+            changes["logp_old"] = self.worker.role_logprobs("logp_old", batch)
+            changes["extras"] = {**batch.extras, "logp_old_version": torch.full((batch.size,), self.policy_version)}
+        if "logp_ref" in roles:
+            changes["logp_ref"] = self.worker.role_logprobs("logp_ref", batch)
+        if "values" in roles:
+            changes["values"] = self.worker.values(batch)
         return batch.replace(**changes).validate() if changes else batch
+
+    def current_logprobs(self, batch: RolloutBatch) -> RolloutBatch:
+        """The learner at the start of this update round (detached), for methods that read
+        `logp_current`; π_old is reused when it was computed at these very weights."""
+        if "logp_current" not in self.method.roles:
+            return batch
+        same = (batch.logp_old is not None and "logp_old_version" in batch.extras
+                and bool((batch.extras["logp_old_version"] == self.policy_version).all()))
+        lp = batch.logp_old if same else self.worker.role_logprobs("logp_current", batch)
+        return batch.replace(logp_current=lp)
 
     # -------------------------------------------------------------------- step
     def train_step(self) -> dict:
-        cfg, t0 = self.cfg, time.perf_counter()
+        cfg, method, t0 = self.cfg, self.method, time.perf_counter()
         self.model.eval()
         batch, info = self.collect()
         t_gen = time.perf_counter() - t0
@@ -246,56 +211,42 @@ class Trainer:
             return metrics
         metrics.update(_rollout_metrics(batch, t_gen))
         t1 = time.perf_counter()
-        # role passes at the sampling weights: logp_old here is π_old exactly, even when the
-        # batch is trained on k versions later (async mode keeps it: the snapshot route)
         batch = self.prepare(batch)
         if cfg.rollout.staleness > 0:
             batch = self._stale(batch, metrics)
             if batch is None:
                 self.step += 1
                 return metrics
-        if self.recipe.objective == "sis":
-            batch = self._sis_accept(batch, metrics)
-        if self.recipe.single_use:
-            self.controllers["ledger"].consume(batch.batch_id, batch.policy_version, self.policy_version)
-        scratch = dict(self.controllers)  # stages may add e.g. critic returns; controllers persist
-        adv, ainfo = stages.compute_advantages(self.recipe, batch, scratch)
-        metrics.update({f"adv/{k}": v for k, v in ainfo.items() if isinstance(v, (int, float)) or torch.is_tensor(v) and v.dim() == 0})
-        if batch.logp_ref is not None:
-            d = batch.logp_ref - (batch.logp_old if batch.logp_old is not None else batch.logp_behavior)
-            k3 = torch.exp(d) - d - 1
-            metrics["kl/ref_k3"] = float(k3[batch.loss_mask].mean()) if batch.loss_mask.any() else 0.0
-        if batch.logp_old is not None and batch.logp_behavior is not None:
-            dd = (batch.logp_old - batch.logp_behavior)[batch.loss_mask]
-            metrics["mismatch/old_vs_behavior_abs_dlogp_mean"] = float(dd.abs().mean()) if dd.numel() else 0.0
-            metrics["mismatch/old_vs_behavior_abs_dlogp_max"] = float(dd.abs().max()) if dd.numel() else 0.0
-        step_metrics = []
-        old_same = not self._needs_old_pass()
-        # value pretraining (VAPO): the first `value_pretrain_steps` steps train the critic
-        # only, on batches from the fixed initial policy; no policy update, no version change
-        pretraining = self.critic is not None and self.step < cfg.train.value_pretrain_steps
+        batch = self.current_logprobs(batch)
+        ctx = self.context(batch.batch_id)
+        for stage in method.active("round"):
+            changes, sinfo = stage.fn(batch, ctx.for_stage(method, stage))
+            batch = apply_changes(batch, changes, stage)
+            metrics.update(sinfo)
+        A = method.advantage.fn(batch, ctx.for_stage(method, method.advantage))
+        adv = A.adv.detach()
+        metrics.update({f"adv/{k}": float(v) for k, v in A.info.items()
+                        if isinstance(v, (int, float)) or torch.is_tensor(v) and v.dim() == 0})
+        metrics.update(self._role_diagnostics(batch))
+        pretraining = self._pretraining()
         metrics["value/pretraining"] = float(pretraining)
+        step_metrics = []
+        old_same = not self.needs_old_pass()
+        grad = self._grad_transforms(ctx)
         for _ in range(0 if pretraining else cfg.train.epochs):
-            perm = torch.randperm(batch.size, generator=self.shuffle_gen)
-            for idx in perm.tensor_split(cfg.train.minibatches):
-                m = optimizer_step(
-                    self.model, self.optimizer, self.scheduler, self.recipe, batch.select(idx), adv[idx],
-                    micro_batch_size=cfg.train.micro_batch_size, dtype=cfg.train.dtype,
-                    grad_clip=cfg.train.grad_clip, old_from_same_forward=old_same, L_norm=self.L_norm,
-                    skip_nonfinite=cfg.train.skip_nonfinite, shared_prefix=cfg.train.shared_prefix,
-                )
+            for idx in self._minibatches(batch):
+                m = self.worker.optimizer_step(method, batch.select(idx), adv[idx], old_from_same_forward=old_same,
+                                               grad_transforms=grad)
                 step_metrics.append(m)
                 if not m.get("skipped_nonfinite") and not m.get("skipped_no_signal"):
                     self.policy_version += 1
+                    self.rollout.sync_weights(self.policy_version)
         if self.critic is not None:
-            from .critic import value_step
-
-            if "returns" not in scratch:
-                raise PolicylabError(f"{self.recipe.name}: the advantage stage produced no critic returns")
-            vm = value_step(self.critic, self.critic_opt, batch, scratch["returns"],
-                            clip_eps=self.recipe.params.get("value_clip"), micro_batch_size=cfg.train.micro_batch_size,
-                            grad_clip=cfg.train.grad_clip)
-            metrics.update(vm)
+            if A.returns is None:
+                raise PolicylabError(f"{method.name}: the advantage stage produced no critic returns")
+            metrics.update(self.worker.value_step(batch, A.returns, clip_eps=method.p[method.critic.clip_param]))
+        for stage in method.active("after"):
+            metrics.update(stage.fn(batch, self.context(batch.batch_id).for_stage(method, stage)))
         if step_metrics:
             metrics.update(_mean_dicts(step_metrics))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
@@ -305,6 +256,49 @@ class Trainer:
         metrics.update({f"sys/{k}_mb": v for k, v in runtime.memory_mb().items()})
         self.step += 1
         return metrics
+
+    def _pretraining(self) -> bool:
+        """Critic-only steps (a critic with a pretraining phase, e.g. VAPO's): no policy
+        update, no version change, batches from the fixed initial policy."""
+        c = self.method.critic
+        return c is not None and c.pretrain_param is not None and self.step < int(self.method.p[c.pretrain_param])
+
+    def _minibatches(self, batch: RolloutBatch) -> list[torch.Tensor]:
+        """A random split of the rows into train.minibatches parts (whole groups when the
+        objective couples the rows of a group)."""
+        n = self.cfg.train.minibatches
+        if self.method.objective.row_coupling != "group":
+            return list(torch.randperm(batch.size, generator=self.shuffle_gen).tensor_split(n))
+        uniq = torch.unique(batch.group)
+        order = uniq[torch.randperm(uniq.numel(), generator=self.shuffle_gen)]
+        return [torch.isin(batch.group, part).nonzero().squeeze(-1) for part in order.tensor_split(n)]
+
+    def _grad_transforms(self, ctx: StageContext):
+        stages = self.method.active("grad")
+        if not stages:
+            return None
+
+        def run(model) -> dict:
+            out = {}
+            for stage in stages:
+                out.update(stage.fn(model, ctx.for_stage(self.method, stage)))
+            return out
+
+        return run
+
+    @staticmethod
+    def _role_diagnostics(batch: RolloutBatch) -> dict:
+        """KL to the reference and the engine mismatch on the trained batch (whatever the method)."""
+        out = {}
+        if batch.logp_ref is not None:
+            d = batch.logp_ref - (batch.logp_old if batch.logp_old is not None else batch.logp_behavior)
+            k3 = torch.exp(d) - d - 1
+            out["kl/ref_k3"] = float(k3[batch.loss_mask].mean()) if batch.loss_mask.any() else 0.0
+        if batch.logp_old is not None and batch.logp_behavior is not None:
+            dd = (batch.logp_old - batch.logp_behavior)[batch.loss_mask]
+            out["mismatch/old_vs_behavior_abs_dlogp_mean"] = float(dd.abs().mean()) if dd.numel() else 0.0
+            out["mismatch/old_vs_behavior_abs_dlogp_max"] = float(dd.abs().max()) if dd.numel() else 0.0
+        return out
 
     def _stale(self, batch: RolloutBatch, metrics: dict) -> RolloutBatch | None:
         """Async mode: train on the batch sampled `staleness` steps ago."""
@@ -318,24 +312,6 @@ class Trainer:
         metrics["staleness/versions_behind_max"] = float(lag.max())
         return old
 
-    @torch.no_grad()
-    def _sis_accept(self, batch: RolloutBatch, metrics: dict) -> RolloutBatch:
-        """Draw SIS acceptance once for this round, against the current weights."""
-        from .corrections import sis
-        from .logprobs import model_logprobs_at
-
-        ids = batch.extras["behavior_topk_ids"]
-        cur_topk, cur_tok = [], []
-        for idx in torch.arange(batch.size).split(self.cfg.train.micro_batch_size):
-            mb = batch.select(idx)
-            cur_topk.append(model_logprobs_at(self.model, mb.tokens, mb.attention_mask, mb.prompt_width,
-                                              mb.extras["behavior_topk_ids"], sampling=mb.sampling))
-        cur_tok = self._role_logprobs(self.model, batch)
-        accepted, m = sis(cur_tok, ids, batch.extras["behavior_topk_logp"], torch.cat(cur_topk), batch.response_tokens,
-                          batch.logp_behavior, batch.loss_mask, generator=self.sis_gen)
-        metrics.update({f"correction/{k}": float(v) for k, v in m.items()})
-        return batch.replace(extras={**batch.extras, "sis_accepted": accepted})
-
     # ------------------------------------------------------------- checkpoints
     def state(self) -> dict:
         return {
@@ -347,24 +323,27 @@ class Trainer:
             "critic_optimizer": self.critic_opt.state_dict() if self.critic_opt else None,
             "rng": rng_state(),
             "shuffle_gen": self.shuffle_gen.get_state(),
-            "sis_gen": self.sis_gen.get_state(),
             "task": self.task.state_dict(),
-            "controllers": {k: v.state_dict() for k, v in self.controllers.items() if hasattr(v, "state_dict")},
+            "controllers": {k: v.state_dict() for k, v in self.controllers.items()},
             "stale_queue": self.stale_queue,
         }
 
     def load_state(self, st: dict) -> None:
         self.step, self.policy_version, self.prompt_counter = st["step"], st["policy_version"], st["prompt_counter"]
+        self.rollout.sync_weights(self.policy_version)
         self.optimizer.load_state_dict(st["optimizer"])
         self.scheduler.load_state_dict(st["scheduler"])
         if self.critic_opt is not None and st.get("critic_optimizer"):
             self.critic_opt.load_state_dict(st["critic_optimizer"])
         set_rng_state(st["rng"])
         self.shuffle_gen.set_state(st["shuffle_gen"])
-        self.sis_gen.set_state(st["sis_gen"])
         self.task.load_state_dict(st["task"])
-        for k, v in st.get("controllers", {}).items():
-            self.controllers[k].load_state_dict(v)
+        saved = st.get("controllers", {})
+        missing = sorted(set(self.controllers) - set(saved))
+        if missing:
+            raise PolicylabError(f"the checkpoint has no state for {missing} of method {self.method.name}")
+        for k, obj in self.controllers.items():
+            obj.load_state_dict(saved[k])
         self.stale_queue = st.get("stale_queue", [])
 
     def models(self) -> dict:
@@ -397,5 +376,3 @@ class Trainer:
         self.model.train()
         res["label"] = label
         return res
-
-

@@ -3,7 +3,6 @@ metric summaries, engine and LoRA construction, run-config files."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from pathlib import Path
@@ -28,10 +27,6 @@ def _lr_lambda(cfg, total_steps: int):
         return 1.0 - frac if decay == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
 
     return f
-
-
-def _autocast(dtype: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
 
 
 def _seed_everything(seed: int) -> None:

@@ -3,6 +3,8 @@
 The loss normalizer of every term is computed once, over the minibatch's final mask,
 before any micro-batch runs; each micro-batch then contributes sum(loss)/N_global, so
 the accumulated gradient does not depend on how the minibatch is split (tested in fp64).
+The loss itself comes from the method (`methods.loss.loss_terms`); this module only
+runs forwards, accumulates, applies the method's gradient transforms and steps.
 A step whose loss or gradient is non-finite is skipped (no optimizer or scheduler
 update) and reported, never applied.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from typing import Callable
 
 import torch
 
@@ -19,8 +22,8 @@ from . import aggregate as agg
 from ._checks import masked_mean
 from .batch import _BT_FIELDS, RolloutBatch
 from .logprobs import model_logprobs
-from .methods import stages
-from .methods.registry import Recipe
+from .methods.loss import loss_terms, term_masks
+from .methods.spec import LossInputs, Method
 from .prefix import shared_prefix_or_none
 
 
@@ -54,9 +57,10 @@ def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> t
     return dataclasses.replace(mb, **changes), adv
 
 
-def _autocast(dtype: str):
+def autocast(dtype: str, device: torch.device | str = "cpu"):
+    """bf16 autocast on the training device, or nothing (fp32 / fp64)."""
     if dtype == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -90,11 +94,34 @@ class MetricAccumulator:
         return out
 
 
+def micro_batches(minibatch: RolloutBatch, micro_batch_size: int, lengths: torch.Tensor,
+                  by_group: bool) -> list[torch.Tensor]:
+    """Row indices of each micro-batch: rows sorted by length (longest first) and cut into
+    `micro_batch_size` rows (similar lengths waste less compute on padding); with
+    `by_group` whole groups are kept together (a group larger than the micro-batch size is
+    one micro-batch). The summed gradient does not depend on the grouping."""
+    order = torch.argsort(lengths, descending=True, stable=True)
+    if not by_group:
+        return list(order.split(micro_batch_size))
+    groups: dict[int, list[int]] = {}
+    for i in order.tolist():
+        groups.setdefault(int(minibatch.group[i]), []).append(i)
+    out, cur = [], []
+    for rows in groups.values():
+        if cur and len(cur) + len(rows) > micro_batch_size:
+            out.append(torch.tensor(cur))
+            cur = []
+        cur = cur + rows
+    if cur:
+        out.append(torch.tensor(cur))
+    return out
+
+
 def optimizer_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler,
-    recipe: Recipe,
+    method: Method,
     minibatch: RolloutBatch,
     adv: torch.Tensor,
     *,
@@ -102,11 +129,12 @@ def optimizer_step(
     dtype: str,
     grad_clip: float,
     old_from_same_forward: bool,
-    L_norm: float | None,
     skip_nonfinite: bool = True,
     chunk_size: int | None = None,
     shared_prefix: bool = False,
     skip_zero_adv: bool = True,
+    device: torch.device | str = "cpu",
+    grad_transforms: Callable[[torch.nn.Module], dict] | None = None,
 ) -> dict[str, float]:
     """Accumulate gradients over micro-batches of `minibatch`, then step once.
 
@@ -119,21 +147,20 @@ def optimizer_step(
     carry response tokens only. Same loss and gradient up to float rounding (tested).
 
     `skip_zero_adv=True` leaves out of the forward the rows whose advantage is 0 on every
-    counted token when that cannot change the update (`stages.zero_advantage_rows_inert`:
-    e.g. GRPO's all-equal groups without a KL or entropy term in the loss): they add
-    exactly 0 to loss and gradient, and still count in the normalizers. The metrics
-    (entropy, ratio statistics, clip fractions) then describe the rows that were trained;
+    counted token when that cannot change the update (`Method.zero_adv_rows_inert`: e.g.
+    GRPO's all-equal groups without a KL or entropy term in the loss): they add exactly 0
+    to loss and gradient, and still count in the normalizers. The metrics (entropy, ratio
+    statistics, clip fractions) then describe the rows that were trained;
     `train/rows_zero_adv_skipped` counts the others. A minibatch with no other row is
-    skipped like a no-signal step."""
-    if not old_from_same_forward:
-        minibatch.require(recipe.name, "logp_old")
-    terms = stages.term_masks(recipe, minibatch)
-    def _L(mode):  # the Dr. GRPO constant belongs to one mode only
-        return L_norm if mode == "seq_mean_token_sum_norm" else None
+    skipped like a no-signal step.
 
+    `grad_transforms(model) -> metrics` runs once after the last micro-batch's backward
+    and before clipping and the optimizer step (the method's gradient-level stages)."""
+    if not old_from_same_forward:
+        minibatch.require(method.name, "logp_old")
     norms = {
-        name: agg.normalizer(mask, mode, L_norm=_L(mode)) if bool(mask.any()) else 0.0
-        for name, (mask, mode) in terms.items()
+        name: agg.normalizer(mask, mode, L_norm=L) if bool(mask.any()) else 0.0
+        for name, (mask, mode, L) in term_masks(method, minibatch).items()
     }
     if all(n == 0.0 for n in norms.values()):
         # no counted token anywhere: skip the step entirely (a zero-loss step would still
@@ -141,7 +168,7 @@ def optimizer_step(
         return {"skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": 0.0}
     n_tokens = float(minibatch.loss_mask.sum())  # counted tokens (the skipped rows' included)
     n_skipped = 0
-    if skip_zero_adv and stages.zero_advantage_rows_inert(recipe):
+    if skip_zero_adv and method.zero_adv_rows_inert:
         a2 = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(minibatch.loss_mask)
         live = ((a2 != 0) & minibatch.loss_mask).any(-1)
         n_skipped = int(minibatch.size - int(torch.count_nonzero(live)))
@@ -151,23 +178,21 @@ def optimizer_step(
         if n_skipped:
             rows = live.nonzero().squeeze(-1)
             minibatch, adv = minibatch.select(rows), adv[rows]
-    need_entropy = recipe.params.get("entropy_coef", 0.0) > 0
+    need_entropy = method.needs_entropy_grad
     acc = MetricAccumulator()
     optimizer.zero_grad(set_to_none=True)
-    total = {name: 0.0 for name in terms}
+    total = {name: 0.0 for name in norms}
     nonfinite = False
-    # micro-batches of similar lengths waste less compute on padding; the summed gradient
-    # does not depend on the grouping (each part is divided by the global normalizer)
     lengths = minibatch.attention_mask.sum(-1)
     prefix = None
     if shared_prefix:
-        with _autocast(dtype):
+        with autocast(dtype, device):
             prefix = shared_prefix_or_none(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
     if prefix is not None:
         lengths = minibatch.loss_mask.sum(-1)  # micro-batches then carry response tokens only
-    for idx in torch.argsort(lengths, descending=True, stable=True).split(micro_batch_size):
+    for idx in micro_batches(minibatch, micro_batch_size, lengths, method.objective.row_coupling == "group"):
         mb, mb_adv = trim(minibatch.select(idx), adv[idx], keep_prompt=prefix is not None)
-        with _autocast(dtype):
+        with autocast(dtype, device):
             if prefix is not None:
                 logp, entropy = prefix.logprobs(
                     model, idx, mb.tokens, mb.attention_mask,
@@ -178,16 +203,17 @@ def optimizer_step(
                     model, mb.tokens, mb.attention_mask, mb.prompt_width,
                     sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True if need_entropy else "detached",
                 )
-        logp_old = logp.detach() if old_from_same_forward else mb.logp_old
-        loss_mats, metrics = stages.loss_terms(
-            recipe, logp, logp_old, mb_adv, mb, entropy=entropy if need_entropy else None
-        )
+        inp = LossInputs(logp=logp, logp_old=logp.detach() if old_from_same_forward else mb.logp_old,
+                         logp_behavior=mb.logp_behavior, logp_ref=mb.logp_ref, adv=mb_adv, mask=mb.loss_mask,
+                         entropy=entropy, batch=mb)
+        mats, metrics = loss_terms(method, inp)
+        masks = term_masks(method, mb)
         loss = 0.0
-        for name, mat in loss_mats.items():
-            mask, mode = stages.term_masks(recipe, mb)[name]
+        for name, mat in mats.items():
+            mask, mode, L = masks[name]
             if norms[name] == 0.0:
                 continue  # no counted token of this term in the whole minibatch
-            part = agg.aggregate(mat, mask, mode, normalizer=norms[name], L_norm=_L(mode))
+            part = agg.aggregate(mat, mask, mode, normalizer=norms[name], L_norm=L)
             total[name] += float(part.detach())
             loss = loss + part
         if not torch.is_tensor(loss):
@@ -197,7 +223,7 @@ def optimizer_step(
             break
         loss.backward()
         w = float(mb.loss_mask.sum())
-        m = {k: v for k, v in metrics.items()}
+        m = dict(metrics)
         m["policy/entropy"] = float(masked_mean(entropy, mb.loss_mask))
         if mb.logp_behavior is not None:
             d = (mb.logp_behavior - logp.detach())
@@ -205,10 +231,12 @@ def optimizer_step(
         acc.add(m, w)
     if prefix is not None and not nonfinite:
         prefix.backward()  # the prompts' share of the gradient, through the prefix graph once
+    out = acc.result()
+    if not nonfinite and grad_transforms is not None:
+        out.update(grad_transforms(model))
     grad_norm = _grad_norm(model)
     if not math.isfinite(grad_norm):
         nonfinite = True
-    out = acc.result()
     out.update({f"loss/{k}": v for k, v in total.items()})
     out["grad_norm"] = grad_norm
     out["tokens"] = n_tokens

@@ -1,13 +1,13 @@
 """REINFORCE++: KL-shaped return-to-go with batch-global normalization, and its
 group-baseline variant with a global (batch or EMA) scale.
 
-Paper: "REINFORCE++" by Hu et al., arXiv:2501.03262. The title changed across revisions;
-METHODS.md cites "REINFORCE++: An Efficient RLHF Algorithm with Robustness to Both Prompt
-and Reward Models", the current revision (v9) is "REINFORCE++: Stabilizing Critic-Free
-Policy Optimization with Global Advantage Normalization" — which one the library cites
-is **unconfirmed**. The k1 per-token KL in the reward and A_t = r − β·Σ_{u≥t} KL_u are
-confirmed against secondary descriptions of the paper; the EMA scale is not from the
-paper (METHODS.md option, see `EmaScale`).
+Paper: "REINFORCE++" by Hu et al., arXiv:2501.03262. The title changed across revisions:
+the first ones read "REINFORCE++: An Efficient RLHF Algorithm with Robustness to Both
+Prompt and Reward Models", a later one "REINFORCE++: Stabilizing Critic-Free Policy
+Optimization with Global Advantage Normalization"; which one the library cites is
+**unconfirmed**. The k1 per-token KL in the reward and A_t = r − β·Σ_{u≥t} KL_u are
+confirmed against descriptions of the paper; the EMA scale is a library option, not from
+the paper (see `EmaScale`).
 """
 
 from __future__ import annotations
@@ -24,58 +24,55 @@ from .gae import whiten
 
 def reinforce_pp_returns(
     rewards: torch.Tensor,
-    logp_old: torch.Tensor,
-    logp_ref: torch.Tensor,
+    kl_penalty: torch.Tensor | None,
     mask: torch.Tensor,
-    *,
-    kl_coef: float,
 ) -> torch.Tensor:
     """KL-shaped return-to-go before whitening, `[B, T]`.
 
-        kl_t = lp_old,t − lp_ref,t                      (k1 estimator, valid tokens only)
-        A_t  = r − β · Σ_{u ≥ t, valid} kl_u            (terminal reward, γ = 1)
+        A_t = r − Σ_{u ≥ t, valid} pen_u        pen_t = β · k(lp_old,t, lp_ref,t)
 
-    Example: kl = [0.1, 0.2, 0.3], β = 1, r = 1 → [0.4, 0.5, 0.7].
+    (terminal reward, γ = 1). The per-token penalty is `kl.reward_penalty` (detached, from
+    the sampler's logp_old; the paper's estimator is k1 = lp_old − lp_ref, k2 and k3 are
+    explicit alternatives); None = no KL term (A_t = r).
+    Example: k1 values [0.1, 0.2, 0.3], β = 1, r = 1 → [0.4, 0.5, 0.7].
 
     Args:
         rewards: `[B]` scalar reward of each response (one sample per prompt is fine).
-        logp_old: `[B, T]` log-probs of the sampling policy (training-side recompute).
-        logp_ref: `[B, T]` log-probs of the KL anchor.
+        kl_penalty: `[B, T]` β·KL estimate per token, or None.
         mask: `[B, T]` bool, True = the token counts; every row needs >= 1 valid token
             (otherwise its reward would be silently dropped: ShapeError).
-        kl_coef: β >= 0.
 
     Exactly 0 where `mask` is False (NaN there cannot leak). Detached (the KL enters the
-    reward, not the loss); dtype of `logp_old`.
+    reward, not the loss); dtype of `kl_penalty` (of `rewards` without one).
     """
     check_mask(mask, "mask")
-    if logp_old.dim() != 2:
-        raise ShapeError(f"`logp_old` must be [B, T], got {tuple(logp_old.shape)}")
-    check_same_shape("logp_old", logp_old, logp_ref=logp_ref, mask=mask)
+    if mask.dim() != 2:
+        raise ShapeError(f"`mask` must be [B, T], got {tuple(mask.shape)}")
     check_rewards(rewards)
-    if rewards.shape[0] != logp_old.shape[0]:
-        raise ShapeError(f"`rewards` has {rewards.shape[0]} entries but `logp_old` has {logp_old.shape[0]} rows")
-    check_finite(logp_old, "logp_old", mask)
-    check_finite(logp_ref, "logp_ref", mask)
-    check_nonneg(kl_coef, "kl_coef")
+    if rewards.shape[0] != mask.shape[0]:
+        raise ShapeError(f"`rewards` has {rewards.shape[0]} entries but `mask` has {mask.shape[0]} rows")
     empty = ~mask.any(dim=1)
     if bool(empty.any()):
         rows = empty.nonzero().squeeze(-1).tolist()[:10]
         raise ShapeError(f"`mask` row(s) {rows} have no valid token: their reward would be dropped")
-    zero = torch.zeros((), dtype=logp_old.dtype, device=logp_old.device)
-    kl = torch.where(mask, logp_old.detach() - logp_ref.detach(), zero)
-    kl_to_go = kl.flip(1).cumsum(1).flip(1)
-    r = rewards.detach().to(logp_old.dtype).unsqueeze(1)
-    return torch.where(mask, r - kl_coef * kl_to_go, zero)
+    if kl_penalty is None:
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        r = rewards.detach().to(dtype).unsqueeze(1)
+        return torch.where(mask, r.expand(mask.shape), torch.zeros((), dtype=dtype))
+    check_same_shape("mask", mask, kl_penalty=kl_penalty)
+    check_finite(kl_penalty, "kl_penalty", mask)
+    zero = torch.zeros((), dtype=kl_penalty.dtype, device=kl_penalty.device)
+    pen = torch.where(mask, kl_penalty.detach(), zero)
+    to_go = pen.flip(1).cumsum(1).flip(1)
+    r = rewards.detach().to(kl_penalty.dtype).unsqueeze(1)
+    return torch.where(mask, r - to_go, zero)
 
 
 def reinforce_pp(
     rewards: torch.Tensor,
-    logp_old: torch.Tensor,
-    logp_ref: torch.Tensor,
+    kl_penalty: torch.Tensor | None,
     mask: torch.Tensor,
     *,
-    kl_coef: float,
     eps: float = 1e-8,
     std: str = "population",
 ) -> torch.Tensor:
@@ -88,7 +85,7 @@ def reinforce_pp(
     say). Then the PPO clip objective (a separate stage). Detached, 0 where `mask` is
     False. Args as in `reinforce_pp_returns`.
     """
-    returns = reinforce_pp_returns(rewards, logp_old, logp_ref, mask, kl_coef=kl_coef)
+    returns = reinforce_pp_returns(rewards, kl_penalty, mask)
     return whiten(returns, mask, eps=eps, std=std)
 
 

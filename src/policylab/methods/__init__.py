@@ -1,10 +1,17 @@
-"""Method registry: `methods.get(name)`, `methods.names()`, and the recipes' cards."""
+"""Method registry: `methods.get(name)`, `methods.names()`, and the specs' cards.
 
-from . import recipes as _recipes  # noqa: F401  (registers every method)
-from . import recipes_offpolicy as _recipes_offpolicy  # noqa: F401
+A method is a `Method` (policylab.methods.spec): a card, typed parameters with the
+paper's defaults, and the stage functions of its step. `get(name)` returns it with its
+defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
+"""
+
+from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
+from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
 from .evidence import apply as _apply_evidence
-from .registry import REGISTRY, Card, KLSpec, Recipe, UnknownMethodError, get, names
+from .registry import REGISTRY, UnknownMethodError, get, names, register
+from .spec import Card, LossInputs, Method, Param, ParamError, Params, RunShape, Stage, Weighting
 
 _apply_evidence()
 
-__all__ = ["REGISTRY", "Card", "KLSpec", "Recipe", "UnknownMethodError", "get", "names"]
+__all__ = ["REGISTRY", "Card", "LossInputs", "Method", "Param", "ParamError", "Params", "RunShape", "Stage",
+           "UnknownMethodError", "Weighting", "get", "names", "register"]

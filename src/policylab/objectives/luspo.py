@@ -66,8 +66,10 @@ def luspo(
     check_eps(eps_low, eps_high)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
     tb = prepare(logp, logp_old, adv, mask)
-    a = tb.adv[:, 0]
     n = mask.sum(-1)
+    # the per-sequence advantage itself, never read from a token position (position 0 may
+    # be masked); a row without counted tokens contributes nothing
+    a = torch.where(n > 0, adv.detach(), torch.zeros((), dtype=adv.dtype)).to(tb.adv.dtype)
     mean_lr = (tb.logp - tb.logp_old).sum(-1) / n.clamp_min(1).to(logp.dtype)
     hit = mean_lr.detach().abs() > log_ratio_clamp
     s = mean_lr.clamp(-log_ratio_clamp, log_ratio_clamp).exp()

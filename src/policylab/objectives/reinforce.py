@@ -4,9 +4,13 @@ Paper: R. J. Williams, "Simple Statistical Gradient-Following Algorithms for Con
 Reinforcement Learning", Machine Learning 8 (1992) (no arXiv id). Used on-policy by RLOO,
 ReMax and REINFORCE++ (their advantages live in `policylab.advantages`).
 
-    ℓ = −sg(w) · A · lp          (w = 1 when `weight` is None)
+    ℓ = −sg(w) · A · lp                  carrier "logp" (default; w = 1 when `weight` is None)
+    ℓ = −sg(w) · A · exp(lp − sg(lp))    carrier "unit": value −w·A, the same gradient
 
-Gradient: ∂ℓ/∂lp = −w·A on every valid token; no ratio, no clipping. `weight` is a detached
+Gradient: ∂ℓ/∂lp = −w·A on every valid token; no ratio, no clipping. The unit carrier
+(value exactly 1, gradient ∇lp) makes the loss value the policy-gradient surrogate at
+ratio 1, i.e. what a ratio objective shows on its first update (used when each batch
+gets exactly one update). `weight` is a detached
 per-token (or per-sequence) importance weight from `policylab.corrections` (e.g. a TIS
 weight π_old/μ when the sampler's numerics differ from the trainer's); it must be finite
 and ≥ 0. REINFORCE assumes the tokens were sampled by the learner's current weights: with
@@ -48,19 +52,23 @@ def reinforce(
     mask: torch.Tensor,
     *,
     weight: torch.Tensor | None = None,
+    carrier: str = "logp",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """REINFORCE loss per token, −sg(w)·A·lp -> `(loss [B, T], metrics)`.
 
     logp: `[B, T]` learner log-probs; adv: `[B]` or `[B, T]`; mask: bool `[B, T]`
     (True = counts; loss exactly 0 elsewhere). weight: optional `[B]` or `[B, T]`, ≥ 0,
-    detached here.
+    detached here. carrier: "logp" (−A·lp) or "unit" (−A·exp(lp − sg(lp))).
     """
+    if carrier not in ("logp", "unit"):
+        raise ValueError(f"`carrier` must be 'logp' or 'unit', got {carrier!r}")
     tb = prepare(logp, None, adv, mask)
     if weight is None:
         w = torch.where(tb.mask, 1.0, 0.0).to(tb.logp.dtype)
     else:
         w = _check_weight(weight, tb.logp, tb.mask)
-    loss = torch.where(tb.mask, -w * tb.adv * tb.logp, 0.0).to(logp.dtype)
+    lp = tb.logp if carrier == "logp" else torch.exp(tb.logp - tb.logp.detach())
+    loss = torch.where(tb.mask, -w * tb.adv * lp, 0.0).to(logp.dtype)
     none = torch.zeros_like(tb.mask)
     metrics = summarize(w.to(logp.dtype), tb.mask, Regions(none, none, none, none), zeroed=None)
     return loss, metrics

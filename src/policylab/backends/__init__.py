@@ -1,0 +1,57 @@
+"""The backend seam: what the trainer needs from a rollout engine and from a policy
+worker, as two protocols. `policylab.backends.local` is the implementation on this
+process (CPU or one device); a distributed engine (vLLM rollouts, FSDP workers) provides
+the same two interfaces.
+
+    RolloutBackend   generate(...) -> RolloutBatch with behavior log-probs recorded as sampled,
+                     greedy(...), decode(batch), sync_weights(version)
+    PolicyWorker     role_logprobs(role, batch), values(batch), logprobs_at(batch, ids),
+                     optimizer_step(method, minibatch, adv, ...), value_step(...)
+
+Versions are explicit: the trainer calls `sync_weights(v)` after the weights changed to
+version v, and a rollout backend stamps every batch it samples with the version it
+sampled at. A backend whose numerics differ from the trainer's (another dtype, kernel or
+quantization) says so with `same_numerics_as_trainer = False`; the trainer then always
+recomputes π_old instead of reusing the training forward.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..batch import RolloutBatch, SamplingSettings
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    engine_name: str
+    same_numerics_as_trainer: bool
+
+    def generate(self, prompts: list[list[int]], *, group_size: int, sampling: SamplingSettings,
+                 max_new_tokens: int, policy_version: int, batch_id: str, group_ids: list[int] | None = None,
+                 record_topk: int = 0) -> RolloutBatch: ...
+
+    def greedy(self, prompts: list[list[int]], *, max_new_tokens: int) -> list[list[int]]: ...
+
+    def decode(self, batch: RolloutBatch) -> list[str]: ...
+
+    def sync_weights(self, version: int) -> None: ...
+
+
+@runtime_checkable
+class PolicyWorker(Protocol):
+    def role_logprobs(self, role: str, batch: RolloutBatch) -> torch.Tensor: ...
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor: ...
+
+    def logprobs_at(self, batch: RolloutBatch, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *,
+                       old_from_same_forward: bool) -> dict: ...
+
+    def value_step(self, batch: RolloutBatch, returns: torch.Tensor, *, clip_eps: float | None) -> dict: ...
+
+
+__all__ = ["RolloutBackend", "PolicyWorker"]

@@ -1,0 +1,130 @@
+"""The in-process implementation of the backend seam: a rollout backend over policylab's
+engines (FastEngine, HF generate) and a policy worker over one model, its optimizer and
+(when the method needs them) a frozen reference and a critic.
+
+The local rollout engine shares the policy's parameters, so `sync_weights` has nothing
+to copy; it records the version, and `generate` refuses a request for any other version
+(a trainer that forgot to sync after an update fails loudly instead of mislabelling the
+samples' provenance). A bf16 engine keeps its own weight copy, rebuilt from the current
+weights at every call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..batch import RolloutBatch, SamplingSettings
+from ..errors import PolicylabError
+from ..logprobs import model_logprobs, model_logprobs_at
+from ..prefix import shared_prefix_or_none
+from ..update import autocast, optimizer_step
+
+
+class LocalRollout:
+    """RolloutBackend over a policylab engine (`engines.fast.FastEngine` or `engines.hf.HFEngine`)."""
+
+    def __init__(self, engine, *, same_numerics_as_trainer: bool):
+        self.engine = engine
+        self.engine_name = engine.engine_name
+        self.tokenizer = engine.tokenizer
+        self.same_numerics_as_trainer = same_numerics_as_trainer
+        self.version = 0
+
+    def generate(self, prompts, *, group_size: int, sampling: SamplingSettings, max_new_tokens: int,
+                 policy_version: int, batch_id: str, group_ids=None, record_topk: int = 0) -> RolloutBatch:
+        if int(policy_version) != self.version:
+            raise PolicylabError(
+                f"the rollout backend holds weights version {self.version}, but version {policy_version} was "
+                "requested: call sync_weights(version) after every update")
+        return self.engine.generate(prompts, group_size=group_size, sampling=sampling, max_new_tokens=max_new_tokens,
+                                    policy_version=policy_version, batch_id=batch_id, group_ids=group_ids,
+                                    record_topk=record_topk)
+
+    def greedy(self, prompts, *, max_new_tokens: int):
+        return self.engine.greedy(prompts, max_new_tokens)
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        return self.engine.decode_responses(batch)
+
+    def sync_weights(self, version: int) -> None:
+        self.version = int(version)
+
+
+class LocalWorker:
+    """PolicyWorker over one policy model in this process.
+
+    model, optimizer, scheduler   the learner and its optimizer (a LambdaLR or None)
+    ref_model                     frozen reference for `logp_ref` (None: none loaded)
+    critic, critic_optimizer      value model for methods with a critic (None otherwise)
+    micro_batch_size, dtype, device, grad_clip, skip_nonfinite, shared_prefix
+                                  the training settings (`config.TrainConfig`)
+    """
+
+    def __init__(self, model, optimizer, scheduler, *, ref_model=None, critic=None, critic_optimizer=None,
+                 micro_batch_size: int, dtype: str, device: torch.device | str = "cpu", grad_clip: float,
+                 skip_nonfinite: bool, shared_prefix: bool):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.ref_model, self.critic, self.critic_optimizer = ref_model, critic, critic_optimizer
+        self.micro_batch_size, self.dtype, self.device = micro_batch_size, dtype, device
+        self.grad_clip, self.skip_nonfinite, self.shared_prefix = grad_clip, skip_nonfinite, shared_prefix
+
+    # ------------------------------------------------------------------ role passes
+    @torch.no_grad()
+    def role_logprobs(self, role: str, batch: RolloutBatch) -> torch.Tensor:
+        """[B, T] log-probs of `role` (logp_old / logp_current: the policy at its current
+        weights; logp_ref: the frozen reference), under the batch's sampling transform, 0
+        where the loss mask is False."""
+        if role in ("logp_old", "logp_current"):
+            model = self.model
+        elif role == "logp_ref":
+            if self.ref_model is None:
+                raise PolicylabError("logp_ref was asked for, but no reference model is loaded")
+            model = self.ref_model
+        else:
+            raise PolicylabError(f"unknown role {role!r}: the worker computes logp_old, logp_current and logp_ref")
+        out = []
+        prefix = None
+        if self.shared_prefix:
+            with autocast(self.dtype, self.device):
+                prefix = shared_prefix_or_none(model, batch.tokens, batch.attention_mask, batch.prompt_width)
+        for idx in torch.arange(batch.size).split(self.micro_batch_size):
+            mb = batch.select(idx)
+            with autocast(self.dtype, self.device):
+                if prefix is not None:
+                    lp = prefix.logprobs(model, idx, mb.tokens, mb.attention_mask, sampling=mb.sampling)
+                else:
+                    lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
+            lp = lp.float() if lp.dtype != torch.float64 else lp
+            out.append(torch.where(mb.loss_mask, lp, torch.zeros((), dtype=lp.dtype)))
+        return torch.cat(out)
+
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        if self.critic is None:
+            raise PolicylabError("values were asked for, but the method has no critic")
+        return self.critic.values(batch)
+
+    @torch.no_grad()
+    def logprobs_at(self, batch: RolloutBatch, ids: torch.Tensor) -> torch.Tensor:
+        """[B, T, K] current-policy log-probs of the candidate ids at every response position."""
+        out = []
+        for idx in torch.arange(batch.size).split(self.micro_batch_size):
+            mb = batch.select(idx)
+            out.append(model_logprobs_at(self.model, mb.tokens, mb.attention_mask, mb.prompt_width, ids[idx],
+                                         sampling=mb.sampling))
+        return torch.cat(out)
+
+    # ------------------------------------------------------------------ updates
+    def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *, old_from_same_forward: bool,
+                       grad_transforms=None) -> dict:
+        return optimizer_step(
+            self.model, self.optimizer, self.scheduler, method, minibatch, adv,
+            micro_batch_size=self.micro_batch_size, dtype=self.dtype, grad_clip=self.grad_clip,
+            old_from_same_forward=old_from_same_forward, skip_nonfinite=self.skip_nonfinite,
+            shared_prefix=self.shared_prefix, device=self.device, grad_transforms=grad_transforms,
+        )
+
+    def value_step(self, batch: RolloutBatch, returns: torch.Tensor, *, clip_eps: float | None) -> dict:
+        from ..critic import value_step
+
+        return value_step(self.critic, self.critic_optimizer, batch, returns, clip_eps=clip_eps,
+                          micro_batch_size=self.micro_batch_size, grad_clip=self.grad_clip)

@@ -1,0 +1,68 @@
+"""The one loss contract: a method's per-token loss terms from `LossInputs`.
+
+    policy = objective(inputs') × Π detached correction weights + Σ addends
+             inputs' = inputs with the ratio denominator replaced by any correction that
+             replaces it (SIS: sg(logp) on accepted tokens)
+    <term> = each active term (e.g. VAPO's positive-example NLL), on its own mask
+
+Each term is reduced by `policylab.aggregate.aggregate` with a normalizer computed once
+per optimizer step over the term's mask (`term_masks`), so micro-batch splits never
+change the update. The trainer, the verl and the TRL adapters all call these two
+functions; none of them composes a loss by itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .spec import LossInputs, Method
+
+NORM_MODE = "seq_mean_token_sum_norm"
+
+
+def policy_loss(method: Method, inp: LossInputs) -> tuple[torch.Tensor, dict]:
+    """The policy term's loss matrix [B, T] and its detached metrics."""
+    weights, metrics = [], {}
+    for stage in method.active("correction"):
+        w = stage.fn(inp, method.view(stage))
+        if w.logp_old is not None:
+            inp = inp.replace(logp_old=w.logp_old)
+        if w.weight is not None:
+            weights.append(w.weight)
+        metrics.update({f"correction/{k}": v for k, v in w.metrics.items()})
+    obj = method.objective
+    loss, m = obj.fn(inp, method.view(obj))
+    metrics = {**{f"policy/{k}": v for k, v in m.items()}, **metrics}
+    for w in weights:
+        loss = loss * (w.unsqueeze(-1) if w.dim() == 1 else w)
+    for stage in method.active("addend"):
+        add, m = stage.fn(inp, method.view(stage))
+        loss = loss + add
+        metrics.update(m)
+    return loss, metrics
+
+
+def loss_terms(method: Method, inp: LossInputs) -> tuple[dict[str, torch.Tensor], dict]:
+    """Every term's loss matrix by name ("policy" first), and the detached metrics."""
+    policy, metrics = policy_loss(method, inp)
+    terms = {"policy": policy}
+    for stage in method.active("term"):
+        mat, m = stage.fn(inp, method.view(stage))
+        terms[stage.name] = mat
+        metrics.update(m)
+    return terms, metrics
+
+
+def term_masks(method: Method, batch) -> dict[str, tuple[torch.Tensor, str, float | None]]:
+    """Each term's (mask, aggregation mode, L_norm) over `batch` (the optimizer batch,
+    for normalizers; or a micro-batch, for the numerators)."""
+    out = {"policy": (batch.loss_mask, method.aggregation, _L_norm(method, method.aggregation))}
+    for stage in method.active("term"):
+        mode = stage.term_aggregation
+        out[stage.name] = (stage.term_mask(batch, method.view(stage)), mode, _L_norm(method, mode))
+    return out
+
+
+def _L_norm(method: Method, mode: str) -> float | None:
+    """Dr. GRPO's constant normalizer: the method's declared `L_norm` (only that mode uses it)."""
+    return float(method.p["L_norm"]) if mode == NORM_MODE else None

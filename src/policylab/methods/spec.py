@@ -1,0 +1,540 @@
+"""A method is a typed spec that owns its stages.
+
+A `Method` references its stage functions directly (no string dispatch), declares the
+typed parameters it takes (with the paper's defaults), and says, stage by stage, which
+batch fields and roles each stage reads and writes. The trainer loops over the stages of
+whatever method it was given; it never names a method or a method's parameter.
+
+The step, in stage order (the kinds a `Stage` can be):
+
+    source      where sequences come from (the on-policy rollout engine; demonstrations ...)
+    reward      scores and shaping: rewards [B], raw outcomes, per-step rewards, baselines
+    filter      which groups train (dynamic sampling on the raw outcome, eligibility)
+    (roles)     the role passes the stages below read: logp_old, logp_ref, values,
+                logp_current (the learner at the start of the update round, detached)
+    round       once per update round, after the role passes: per-token penalties folded
+                into rewards, acceptance draws, single-use checks, frozen per-round weights
+    advantage   advantages [B] or [B, T] (and critic returns), detached
+    objective   the per-token loss of the learner's log-probs
+    correction  detached weights composed with any host objective (or a replaced
+                ratio denominator, e.g. SIS's accepted tokens)
+    addend      terms added to the policy loss matrix (KL in the loss, entropy bonus)
+    term        separately aggregated loss terms (VAPO's positive-example NLL)
+    grad        gradient transforms between backward and the optimizer step
+    after       once per round after the updates (e.g. marking a batch consumed)
+
+Per-run state a stage needs across steps (an EMA scale, the single-use ledger, a seeded
+generator) is declared as `StateSpec`s: the trainer builds it, hands it to the stages
+and checkpoints it. A stage reads only the parameters it declares: it receives a
+`ParamView` that refuses any other name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ..errors import PolicylabError
+
+STAGE_KINDS = ("source", "reward", "filter", "round", "advantage", "objective", "correction", "addend", "term",
+               "grad", "after")
+ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
+
+
+class ParamError(PolicylabError):
+    """A method parameter that is unknown, of the wrong type or out of range."""
+
+
+# ----------------------------------------------------------------------------- params
+
+
+@dataclass(frozen=True)
+class Param:
+    """One typed method parameter.
+
+    `type` is bool, int, float or str; `optional` allows None. `choices` restricts a str
+    (or any) value. `check(value) -> str | None` returns an error text for a bad value.
+    `resolve(run) -> value` gives the value of a None default from the run's shape (e.g.
+    the generation budget); its meaning is in `doc`. Non-finite numbers are refused."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    choices: tuple | None = None
+    optional: bool = False
+    check: Callable[[Any], str | None] | None = None
+    resolve: Callable[["RunShape"], Any] | None = None
+
+    def __post_init__(self):
+        if self.type not in (bool, int, float, str):
+            raise TypeError(f"parameter {self.name}: type must be bool, int, float or str, got {self.type}")
+        if self.default is not None or not self.optional:
+            self.validate(self.default, "default")
+
+    def validate(self, value: Any, method: str) -> Any:
+        """The value converted to the declared type, or ParamError naming the problem."""
+        where = f"method `{method}` parameter `{self.name}`"
+        if value is None:
+            if self.optional:
+                return None
+            raise ParamError(f"{where} must be a {self.type.__name__}, got None")
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ParamError(f"{where} must be true or false, got {value!r}")
+        elif self.type is int:
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ParamError(f"{where} must be an integer, got {value!r}")
+        elif self.type is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ParamError(f"{where} must be a number, got {value!r}")
+            value = float(value)
+            if not math.isfinite(value):
+                raise ParamError(f"{where} must be finite, got {value!r}")
+        elif not isinstance(value, str):
+            raise ParamError(f"{where} must be a string, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ParamError(f"{where} must be one of {', '.join(map(str, self.choices))}; got {value!r}")
+        if self.check is not None:
+            problem = self.check(value)
+            if problem:
+                raise ParamError(f"{where} {problem}; got {value!r}")
+        return value
+
+
+def positive(v) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def non_negative(v) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def unit_interval(v) -> str | None:
+    return None if 0 <= v < 1 else "must be in [0, 1)"
+
+
+class Params(Mapping):
+    """A method's resolved parameter values: read-only, by attribute or by key."""
+
+    def __init__(self, method: str, values: Mapping[str, Any]):
+        object.__setattr__(self, "_method", method)
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"method `{self._method}` declares no parameter `{name}`") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Params are read-only")
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Params({self._method}: " + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+    def view(self, names: tuple[str, ...], stage: str) -> "ParamView":
+        return ParamView(self, names, stage)
+
+
+class ParamView:
+    """What one stage may read: the parameters it declared, nothing else."""
+
+    def __init__(self, params: Params, names: tuple[str, ...], stage: str):
+        object.__setattr__(self, "_p", params)
+        object.__setattr__(self, "_names", frozenset(names))
+        object.__setattr__(self, "_stage", stage)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._names:
+            raise AttributeError(
+                f"stage `{self._stage}` reads parameter `{name}` without declaring it "
+                f"(declared: {', '.join(sorted(self._names)) or 'none'})")
+        return getattr(self._p, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Params are read-only")
+
+
+# ----------------------------------------------------------------------------- run shape
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """The parts of a run's configuration that a method may check or resolve defaults
+    from (never the config object itself)."""
+
+    prompts_per_step: int = 4
+    group_size: int = 8
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    epochs: int = 1
+    minibatches: int = 1
+    staleness: int = 0
+    engine_differs: bool = False  # the rollout engine's numerics are not the trainer's (e.g. bf16)
+
+    @property
+    def single_update(self) -> bool:
+        """Each batch gets exactly one optimizer step, at the weights that sampled it."""
+        return self.epochs == 1 and self.minibatches == 1 and self.staleness == 0
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a method.
+
+    fn        the function the trainer calls; its signature depends on `kind` (see the
+              module doc and `policylab.methods.stages`)
+    kernels   the pure policylab kernels it calls (cards and `explain` show their
+              equations and source locations)
+    params    the parameter names it reads (checked against the method's `Param`s)
+    reads     batch fields / roles it reads; a role listed here makes the trainer run
+              that role's pass
+    writes    batch fields it writes (checked when the stage returns)
+    active    params -> bool: whether the stage runs for these parameters (default: always)
+    inert_at_zero_adv  objectives: a row with A = 0 on every counted token adds exactly 0
+              to loss and gradient (lets the trainer leave such rows out of the forward)
+    row_coupling  objectives: "none" (rows independent) or "group" (the loss of a row
+              depends on the other rows of its group: micro-batches keep groups whole)
+    term_mask, term_aggregation  terms: (batch, params) -> the [B, T] mask the term is
+              aggregated over, and its aggregation mode (normalizer computed once per
+              optimizer step over that mask)
+    """
+
+    kind: str
+    fn: Callable
+    name: str = ""
+    kernels: tuple[Callable, ...] = ()
+    params: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    active: Callable[[Params], bool] | None = None
+    inert_at_zero_adv: bool = False
+    row_coupling: str = "none"
+    term_mask: Callable | None = None
+    term_aggregation: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"stage kind must be one of {STAGE_KINDS}, got {self.kind!r}")
+        if self.row_coupling not in ("none", "group"):
+            raise ValueError(f"row_coupling must be 'none' or 'group', got {self.row_coupling!r}")
+        if not self.name:
+            object.__setattr__(self, "name", getattr(self.fn, "__name__", "stage").lstrip("_"))
+        if self.kind == "term" and (self.term_mask is None or self.term_aggregation is None):
+            raise ValueError(f"term stage {self.name}: needs term_mask and term_aggregation")
+
+    def is_active(self, params: Params) -> bool:
+        return self.active is None or bool(self.active(params))
+
+    def where(self) -> list[tuple[str, str, int]]:
+        """(qualified name, file relative to the package root, line) of the stage function
+        and of each kernel."""
+        return [_location(f) for f in (self.fn, *self.kernels)]
+
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds `policylab/`
+
+
+def _location(fn: Callable) -> tuple[str, str, int]:
+    fn = inspect.unwrap(fn)
+    try:
+        src = Path(inspect.getsourcefile(fn)).resolve()
+        path = src.relative_to(_PACKAGE_ROOT).as_posix() if src.is_relative_to(_PACKAGE_ROOT) else str(src)
+        line = inspect.getsourcelines(fn)[1]
+    except (TypeError, OSError):
+        path, line = "?", 0
+    return f"{fn.__module__}.{fn.__qualname__}", path, line
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """Per-run state of a method: `factory(params, seed)` builds an object with
+    `state_dict()` / `load_state_dict(d)`; the trainer checkpoints it under `name`."""
+
+    name: str
+    factory: Callable[[Params, int], Any]
+    params: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class CriticSpec:
+    """A value model trained next to the policy. `clip_param` names the parameter with
+    the value-clip range (None = unclipped), `pretrain_param` the number of critic-only
+    steps that come before any policy update (None = no pretraining)."""
+
+    clip_param: str
+    pretrain_param: str | None = None
+
+
+# ----------------------------------------------------------------------------- loss contract
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """Everything a per-token loss may read, for one micro-batch.
+
+    logp          [B, T] learner log-probs (differentiable)
+    logp_old      [B, T] π_old: the batch's recomputed old log-probs, or sg(logp) for a
+                  single on-policy update (value equal; ratio exactly 1)
+    logp_behavior [B, T] what sampled the tokens (rollout engine), or None
+    logp_ref      [B, T] the KL anchor, or None
+    adv           [B] or [B, T] detached advantages
+    mask          [B, T] bool, True = counts
+    entropy       [B, T] learner entropy (differentiable when a stage reads "entropy"), or None
+    batch         the micro-batch itself, for group ids, rewards, outcomes and typed extras
+    """
+
+    logp: torch.Tensor
+    logp_old: torch.Tensor
+    logp_behavior: torch.Tensor | None
+    logp_ref: torch.Tensor | None
+    adv: torch.Tensor
+    mask: torch.Tensor
+    entropy: torch.Tensor | None
+    batch: Any
+
+    def replace(self, **changes) -> "LossInputs":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Weighting:
+    """What a correction returns: a detached weight ([B] or [B, T]) multiplying the host
+    loss, and/or a replacement for the ratio's denominator `logp_old` (SIS: sg(logp) on
+    accepted tokens), plus detached metrics."""
+
+    weight: torch.Tensor | None = None
+    logp_old: torch.Tensor | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """What an advantage stage returns: advantages [B] or [B, T] (detached), critic
+    returns [B, T] for methods with a critic, and detached diagnostics."""
+
+    adv: torch.Tensor
+    returns: torch.Tensor | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- the card
+
+
+@dataclass(frozen=True)
+class Card:
+    title: str  # paper title
+    arxiv: str  # arXiv id ("" if none)
+    family: str  # advantage | objective | correction | reward | test-time | ...
+    samples: str  # which policy produced the tokens (behavior)
+    learns: str  # which policy receives gradient
+    reference: str  # the KL anchor, or "none"
+    summary: str  # one line: what the method changes
+    status: str  # "kernel verified" / "trained end to end on <model>, <task>" / ...
+    not_established: str  # what the kernel and our runs do not show
+    unconfirmed: tuple[str, ...] = ()  # parameters/forms not verified against the paper
+    confirmed: str = ""  # what was checked against the paper
+    critic: str = "none"
+
+
+# ----------------------------------------------------------------------------- the method
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered method: card, typed parameters and the stages that make its step."""
+
+    name: str
+    card: Card
+    params: tuple[Param, ...]
+    source: Stage
+    advantage: Stage
+    objective: Stage
+    aggregation: str
+    rewards: tuple[Stage, ...] = ()
+    filters: tuple[Stage, ...] = ()
+    round: tuple[Stage, ...] = ()
+    corrections: tuple[Stage, ...] = ()
+    addends: tuple[Stage, ...] = ()
+    terms: tuple[Stage, ...] = ()
+    grad: tuple[Stage, ...] = ()
+    after: tuple[Stage, ...] = ()
+    state: tuple[StateSpec, ...] = ()
+    critic: CriticSpec | None = None
+    checks: tuple[Callable[["RunShape", Params], None], ...] = ()
+    min_group_size: int = 1
+    values: Params | None = None  # resolved parameter values (set by `configure`)
+
+    def __post_init__(self):
+        names = [p.name for p in self.params]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"method {self.name}: parameters declared twice: {sorted(dup)}")
+        declared = set(names)
+        for s in self.stages():
+            unknown = set(s.params) - declared
+            if unknown:
+                raise ValueError(f"method {self.name}: stage `{s.name}` reads undeclared parameters {sorted(unknown)}")
+        for st in self.state:
+            unknown = set(st.params) - declared
+            if unknown:
+                raise ValueError(f"method {self.name}: state `{st.name}` reads undeclared parameters {sorted(unknown)}")
+        if self.critic is not None:
+            for n in (self.critic.clip_param, self.critic.pretrain_param):
+                if n is not None and n not in declared:
+                    raise ValueError(f"method {self.name}: critic names undeclared parameter {n!r}")
+        expected = {"source": [self.source], "advantage": [self.advantage], "objective": [self.objective],
+                    "reward": self.rewards, "filter": self.filters, "round": self.round,
+                    "correction": self.corrections, "addend": self.addends, "term": self.terms,
+                    "grad": self.grad, "after": self.after}
+        for kind, stages in expected.items():
+            for s in stages:
+                if s.kind != kind:
+                    raise ValueError(f"method {self.name}: stage `{s.name}` of kind {s.kind!r} listed as {kind}")
+        from ..aggregate import MODES
+
+        if self.aggregation not in MODES:
+            raise ValueError(f"method {self.name}: aggregation {self.aggregation!r} is not one of {MODES}")
+        if self.aggregation == "seq_mean_token_sum_norm" and "L_norm" not in declared:
+            raise ValueError(f"method {self.name}: aggregation {self.aggregation} needs a declared `L_norm` parameter")
+
+    # ------------------------------------------------------------------ stages
+    def stages(self) -> list[Stage]:
+        """Every stage, in pipeline order."""
+        return [self.source, *self.rewards, *self.filters, *self.round, self.advantage, self.objective,
+                *self.corrections, *self.addends, *self.terms, *self.grad, *self.after]
+
+    def active(self, kind: str) -> list[Stage]:
+        """The stages of `kind` that run with this method's resolved parameters."""
+        p = self.p
+        return [s for s in self.stages() if s.kind == kind and s.is_active(p)]
+
+    @property
+    def p(self) -> Params:
+        """The resolved parameter values (the paper's defaults unless configured)."""
+        if self.values is not None:
+            return self.values
+        return Params(self.name, {q.name: q.default for q in self.params})
+
+    def view(self, stage: Stage) -> ParamView:
+        return self.p.view(stage.params, f"{self.name}.{stage.name}")
+
+    @property
+    def required_fields(self) -> tuple[str, ...]:
+        """Batch fields and roles the active stages read, in pipeline order (the learner's
+        own `logp` and `entropy` come from the training forward and are not listed)."""
+        out: dict[str, None] = {}
+        for s in self.stages():
+            if s.is_active(self.p):
+                out.update(dict.fromkeys(f for f in s.reads if f not in ("logp", "entropy")))
+        return tuple(out)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The role passes this method itself needs. The objective's π_old is not one of
+        them: for a single on-policy update with the trainer's numerics it is sg(logp) of
+        the training forward (same value, ratio exactly 1); the trainer runs the old pass
+        whenever that does not hold (several updates, staleness, another engine)."""
+        out: dict[str, None] = {}
+        for s in self.stages():
+            if s.is_active(self.p):
+                reads = [f for f in s.reads if not (s.kind == "objective" and f == "logp_old")]
+                out.update(dict.fromkeys(f for f in reads if f in ROLE_FIELDS))
+        return tuple(out)
+
+    @property
+    def needs_entropy_grad(self) -> bool:
+        return any("entropy" in s.reads for s in self.stages()
+                   if s.kind in ("objective", "correction", "addend", "term") and s.is_active(self.p))
+
+    @property
+    def zero_adv_rows_inert(self) -> bool:
+        """Rows whose advantage is 0 on every counted token can be left out of the
+        training forward without changing the update: the objective is A-proportional and
+        row-local, every correction only weights it, and no addend or extra term is active
+        (a KL or entropy term has a gradient on every row)."""
+        return (self.objective.inert_at_zero_adv and self.objective.row_coupling == "none"
+                and not self.active("addend") and not self.active("term"))
+
+    # ------------------------------------------------------------------ parameters
+    def param(self, name: str) -> Param:
+        for q in self.params:
+            if q.name == name:
+                return q
+        raise ParamError(self._unknown(name))
+
+    def _unknown(self, name: str) -> str:
+        valid = [q.name for q in self.params]
+        near = difflib.get_close_matches(name, valid, n=3)
+        hint = f" Did you mean: {', '.join(near)}?" if near else ""
+        return (f"method `{self.name}` has no parameter `{name}`.{hint} "
+                f"Parameters of {self.name}: {', '.join(valid) or '(none)'}.")
+
+    def with_params(self, overrides: Mapping[str, Any] | None = None, run: RunShape | None = None) -> "Method":
+        """A copy with the parameters validated and resolved: `overrides` replace the
+        defaults (unknown names and wrong types are refused, naming the valid ones);
+        None defaults with a `resolve` rule take their value from `run` (the run's
+        shape); then the method's checks run against `run`."""
+        overrides = dict(overrides or {})
+        for name in overrides:
+            if not isinstance(name, str) or name not in {q.name for q in self.params}:
+                raise ParamError(self._unknown(str(name)))
+        values = {}
+        for q in self.params:
+            v = q.validate(overrides[q.name], self.name) if q.name in overrides else q.default
+            if v is None and q.resolve is not None and run is not None:
+                v = q.validate(q.resolve(run), self.name)
+            values[q.name] = v
+        p = Params(self.name, values)
+        out = dataclasses.replace(self, values=p)
+        if run is not None:
+            out.check_run(run)
+        return out
+
+    def check_run(self, run: RunShape) -> None:
+        """Refuse a run configuration the method cannot be trained with."""
+        if run.group_size < self.min_group_size:
+            raise ParamError(
+                f"method `{self.name}` needs rollout.group_size >= {self.min_group_size}, got {run.group_size}")
+        for check in self.checks:
+            check(run, self.p)
+
+    def state_objects(self, seed: int) -> dict[str, Any]:
+        """Fresh per-run state objects, by name."""
+        return {st.name: st.factory(self.p.view(st.params, f"{self.name}.{st.name}"), seed) for st in self.state}
+
+
+def describe_params(method: Method) -> list[str]:
+    """One line per parameter: name = value (type; doc)."""
+    out = []
+    for q in method.params:
+        v = method.p[q.name]
+        kind = q.type.__name__ + (" or None" if q.optional else "")
+        extra = f"; one of {', '.join(map(str, q.choices))}" if q.choices else ""
+        out.append(f"{q.name} = {v!r}  ({kind}{extra}) {q.doc}")
+    return out

@@ -1,0 +1,22 @@
+"""Stage functions: how a method's stages read a `RolloutBatch` and call the pure kernels.
+
+Each module holds the stages of one kind; each stage is a small function plus a `Stage`
+object that says what it reads, writes and which parameters it takes. Signatures by kind:
+
+    source      fn(n_prompts, ctx) -> Sampled
+    reward      fn(sampled, ctx) -> (changes: dict of batch fields, info)
+    filter      fn(batch, ctx) -> (keep [B] bool, info)
+    round       fn(batch, ctx) -> (changes, info)
+    advantage   fn(batch, ctx) -> Advantages
+    objective   fn(inputs: LossInputs, p) -> (loss [B, T], metrics)
+    correction  fn(inputs, p) -> Weighting
+    addend      fn(inputs, p) -> (loss [B, T] added to the policy term, metrics)
+    term        fn(inputs, p) -> (loss [B, T], metrics), aggregated on its own mask
+    grad        fn(model, ctx) -> metrics          (gradients in .grad, before the step)
+    after       fn(batch, ctx) -> info
+
+`changes` may hold `outcome` and `extras` dicts: they are merged into the batch's, never
+replace them. A stage that writes a field it did not declare is refused.
+"""
+
+from . import advantages, filters, losses, rewards, rounds, sources  # noqa: F401

@@ -1,0 +1,90 @@
+"""Reward stages: scores and shaping, computed from the decoded text.
+
+The raw outcome (the verifier's correctness, `outcome["correct"]`) is kept apart from
+the shaped reward (`rewards`); filters read the raw outcome only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import rewards as rw
+from ...errors import PolicylabError
+from ..context import Sampled, StageContext
+from ..spec import Stage
+
+
+def verifier(s: Sampled, ctx: StageContext):
+    """rewards = task verifier (weight 1) + configured shaping functions; the verifier's
+    raw value is the outcome `correct` that filters and accuracy read."""
+    total, per_fn, gold = ctx.score(s.texts, s.examples)
+    info = {f"reward/{k}": float(torch.nanmean(v)) for k, v in per_fn.items()} if len(per_fn) > 1 else {}
+    return {"rewards": total.float(), "outcome": {"correct": gold.clone()}, "extras": {"gold_correct": gold}}, info
+
+
+def majority_vote(s: Sampled, ctx: StageContext):
+    """TTRL: reward 1 when a sample's extracted answer equals its group's majority answer
+    (`policylab.rewards.ttrl_rewards`, no gold argument). Groups without a majority (a
+    tie, nothing parseable) get NaN rewards and `outcome["eligible"] = False`: the
+    `ELIGIBLE` filter must remove them (anything that reads them first fails on the NaN).
+    The gold answers are read only for `gold_correct` and the pseudo-label agreement, both
+    evaluator-side diagnostics that never reach rewards, filters or advantages."""
+    rewards, eligible, tinfo = rw.ttrl_rewards(s.texts, s.batch.group)
+    eligible = torch.as_tensor(eligible, dtype=torch.bool)
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    gold = torch.as_tensor(ctx.task_reward(s.texts, [e.answer for e in s.examples]), dtype=torch.float32)
+    info = {f"ttrl/{k}": v for k, v in tinfo.items() if isinstance(v, (int, float))}
+    if bool(eligible.any()):
+        info["ttrl/pseudo_label_agreement"] = float(rw.pseudo_label_agreement(rewards, gold, eligible))
+    info["ttrl/ineligible_fraction"] = float((~eligible).float().mean())
+    return {"rewards": rewards, "outcome": {"correct": rewards.clone(), "eligible": eligible},
+            "extras": {"gold_correct": gold}}, info
+
+
+def overlong_cache(p) -> int:
+    """L_cache = max(1, floor(overlong_cache_frac · L_max))."""
+    return max(1, math.floor(p.overlong_cache_frac * p.overlong_max + 1e-9))
+
+
+def overlong(s: Sampled, ctx: StageContext):
+    """DAPO soft overlong punishment added to the reward (`rewards.overlong_penalty`), with
+    L_max = `overlong_max` and L_cache = `overlong_cache_frac` · L_max."""
+    p = ctx.p
+    s.batch.require("overlong shaping", "rewards")
+    pen = rw.overlong_penalty(s.batch.response_lengths, max_len=int(p.overlong_max), cache_len=overlong_cache(p))
+    pen = pen.to(s.batch.rewards.dtype)
+    return {"rewards": s.batch.rewards + pen}, {"reward/overlong_penalty_mean": float(pen.mean())}
+
+
+def greedy_baseline(s: Sampled, ctx: StageContext):
+    """ReMax: decode every prompt greedily with the current weights and score the reply
+    with the same reward protocol as the samples (`ctx.score`: the verifier and the
+    configured shaping functions); the greedy tokens never enter the loss."""
+    g_ids = ctx.rollout.greedy(s.prompt_ids, max_new_tokens=ctx.run.max_new_tokens)
+    texts = [ctx.decode(ids) for ids in g_ids]
+    total, _, _ = ctx.score(texts, s.group_examples)
+    return {"greedy_rewards": total.float().repeat_interleave(ctx.run.group_size)}, {}
+
+
+def line_steps(s: Sampled, ctx: StageContext):
+    """Rule-based process rewards for `grpo_process`: a response's lines are its steps,
+    each scored by the task verifier (`rewards.process.line_steps`)."""
+    from ...rewards.process import line_steps as steps
+
+    if not hasattr(ctx.rollout, "tokenizer"):
+        raise PolicylabError("line_steps needs the rollout backend's tokenizer to split responses into lines")
+    out = steps(ctx.rollout.tokenizer, s.batch.response_tokens, s.batch.loss_mask,
+                [e.answer for e in s.examples], ctx.task_reward)
+    return {"extras": out}, {}
+
+
+VERIFIER = Stage("reward", verifier, kernels=(rw.combine_rewards,),
+                 writes=("rewards", "outcome.correct", "extras.gold_correct"))
+MAJORITY_VOTE = Stage("reward", majority_vote, kernels=(rw.ttrl_rewards,),
+                      writes=("rewards", "outcome.correct", "outcome.eligible", "extras.gold_correct"))
+OVERLONG = Stage("reward", overlong, kernels=(rw.overlong_penalty,), params=("overlong_max", "overlong_cache_frac"),
+                 reads=("rewards",), writes=("rewards",))
+GREEDY_BASELINE = Stage("reward", greedy_baseline, writes=("greedy_rewards",))
+LINE_STEPS = Stage("reward", line_steps, writes=("extras.step_rewards", "extras.step_ends", "extras.step_mask"))
