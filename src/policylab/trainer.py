@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from . import methods, runtime
+from . import kl, methods, runtime
+from ._checks import masked_mean
 from .backends.local import LocalRollout, LocalWorker
 from .batch import RolloutBatch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -291,9 +292,8 @@ class Trainer:
         """KL to the reference and the engine mismatch on the trained batch (whatever the method)."""
         out = {}
         if batch.logp_ref is not None:
-            d = batch.logp_ref - (batch.logp_old if batch.logp_old is not None else batch.logp_behavior)
-            k3 = torch.exp(d) - d - 1
-            out["kl/ref_k3"] = float(k3[batch.loss_mask].mean()) if batch.loss_mask.any() else 0.0
+            sampler = batch.logp_old if batch.logp_old is not None else batch.logp_behavior
+            out["kl/ref_k3"] = float(masked_mean(kl.k3(sampler, batch.logp_ref, mask=batch.loss_mask), batch.loss_mask))
         if batch.logp_old is not None and batch.logp_behavior is not None:
             dd = (batch.logp_old - batch.logp_behavior)[batch.loss_mask]
             out["mismatch/old_vs_behavior_abs_dlogp_mean"] = float(dd.abs().mean()) if dd.numel() else 0.0

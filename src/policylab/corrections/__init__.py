@@ -13,18 +13,17 @@ from .diagnostics import ess, mismatch_stats
 from .gmc import gmc
 from .icepop import icepop, icepop_normalizer_mask
 from .kpop import binary_kl, kpop
-from .minirl import RoutingRecord, check_routing, minirl_loss
+from .minirl import RoutingRecord, check_routing
 from .mis import SeqRatio, mis, seq_log_ratio_sum, seq_ratio_geomean, seq_ratio_product
-from .missing_old_logits import VersionedLogprobs, decompose, decoupled_loss, require_exact_old
-from .online_icepop import BatchLedger, online_icepop
-from .sis import sis, sis_weights
+from .missing_old_logits import VersionedLogprobs, decompose, require_exact_old
+from .online_icepop import BatchLedger
+from .sis import sis
 from .tis import tis
 
 __all__ = [
     "tis",
     "icepop",
     "icepop_normalizer_mask",
-    "online_icepop",
     "BatchLedger",
     "kpop",
     "binary_kl",
@@ -34,15 +33,12 @@ __all__ = [
     "seq_ratio_product",
     "seq_ratio_geomean",
     "sis",
-    "sis_weights",
     "gmc",
     "decompose",
-    "decoupled_loss",
     "require_exact_old",
     "VersionedLogprobs",
     "RoutingRecord",
     "check_routing",
-    "minirl_loss",
     "mismatch_stats",
     "ess",
 ]

@@ -1,7 +1,8 @@
-"""MiniRL: engine correction × clipped staleness term, plus MoE routing-replay checks.
+"""MiniRL's routing-replay checks. (Its loss is a composition registered as method
+`minirl`: the PPO clip on ρ = π_θ/π_old from `objectives.ppo_clip` times the engine weight
+w = sg(min(π_old/μ, C)) from `corrections.tis`, C = `engine_cap`, None = untruncated.)
 
-    w_t = sg(min(exp(lp_old,t - lp_mu,t), C))      C = engine_cap; None = no truncation
-    ρ_t = exp(lp_t - lp_old,t)
+    w_t = sg(min(exp(lp_old,t - lp_mu,t), C))
     loss_t = -w_t · min(ρ_t A_t, clip(ρ_t, 1 - eps_low, 1 + eps_high) A_t)
 
 On the first minibatch of a round lp = lp_old in value, ρ = 1, the clip is inactive and
@@ -15,7 +16,7 @@ when replay is enabled and refuses replay without routes and routes given to a d
 model. That the forward actually reads the routes is the model adapter's job (not here).
 
 Paper: C. Zheng, K. Dang, B. Yu et al. (Qwen Team), "Stabilizing Reinforcement Learning
-with LLMs: Formulation and Practices", arXiv:2512.01374. Confirmed with the search tool:
+with LLMs: Formulation and Practices", arXiv:2512.01374. Confirmed against the paper:
 title, id, the MiniRL baseline with an importance-sampling correction of the
 training/inference discrepancy, PPO-style clipping against staleness, and Routing Replay
 (replaying inference or training routes). Unconfirmed: normalization details and whether
@@ -25,17 +26,12 @@ Detached: w, the clip bounds. Loss is 0 where `mask` is False.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from .._checks import check_finite, expand_adv
 from ..errors import MissingQuantityError, ShapeError
-from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed
-from ._host import clip_active, clipped_surrogate
-from .diagnostics import log_ratio_stats
 
 
 @dataclass(frozen=True)
@@ -90,45 +86,3 @@ def check_routing(
         raise ShapeError(f"routing record covers {shape[:2]} but the batch is {tuple(batch_shape)}")
     if model_id is not None and record.model_id != model_id:
         raise ValueError(f"routing record is for model {record.model_id!r}, not {model_id!r}")
-
-
-def minirl_loss(
-    logp: torch.Tensor,
-    logp_old: torch.Tensor,
-    logp_behavior: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    eps_low: float,
-    eps_high: float,
-    engine_cap: float | None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """MiniRL per-token loss (see module doc).
-
-    logp: [B, T] learner (differentiable); logp_old, logp_behavior, mask: [B, T];
-    adv: [B] or [B, T]. eps_low, eps_high > 0 on ρ; engine_cap > 0 or None.
-    Returns (loss [B, T], 0 where mask is False; metrics).
-    """
-    check_roles("minirl", mask, logp=logp, logp_old=logp_old, logp_behavior=logp_behavior)
-    check_positive("eps_low", eps_low)
-    check_positive("eps_high", eps_high)
-    adv = expand_adv(adv, logp)
-    check_finite(adv, "adv", mask)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    adv = torch.where(mask, adv, zero)
-    k_raw = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)  # log engine ratio, uncapped
-    log_k = k_raw
-    if engine_cap is not None:
-        log_k = torch.clamp(k_raw, max=math.log(check_positive("engine_cap", engine_cap)))
-    w = torch.where(mask, torch.exp(log_k), zero).detach()
-    rho = torch.exp(masked_log_ratio(logp, logp_old.detach(), mask))
-    lo, hi = 1.0 - float(eps_low), 1.0 + float(eps_high)
-    loss = torch.where(mask, w * clipped_surrogate(rho, adv, lo, hi), zero)
-    capped = k_raw > math.log(engine_cap) if engine_cap is not None else torch.zeros_like(mask)
-    metrics = {
-        "clip_frac": masked_fraction(clip_active(rho.detach(), adv, lo, hi), mask, logp),
-        "frac_engine_capped": masked_fraction(capped, mask, logp),
-        "engine_weight_mean": masked_mean(w, mask, logp),
-        **log_ratio_stats(k_raw, mask, logp_old),  # = mismatch_stats(logp_old, logp_behavior, mask)
-    }
-    return loss, prefixed("minirl", metrics)

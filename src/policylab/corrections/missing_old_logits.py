@@ -9,7 +9,9 @@ The total ratio of a token splits into two factors that must be corrected separa
     loss_t = sg(W(d_t)) · ( -min(s_t A_t, clip(s_t, 1 - eps_low, 1 + eps_high) A_t) )
 
 W is an engine correction (`tis`, `icepop` or `kpop`) acting on d only; the PPO clip acts
-on s only; their thresholds never share a parameter.
+on s only; their thresholds never share a parameter. The loss is the composition
+registered as method `missing_old_logits` (the host `objectives.ppo_clip` on s, the chosen
+correction's weight on d); this module holds the decomposition and the provenance check.
 
 `lp_old` must be the TRAINING engine at EXACTLY the behavior version v_b: asynchronous
 pipelines lose it. `require_exact_old` refuses a missing one (never zero-filled), an
@@ -20,24 +22,20 @@ samples are consumed and recompute; serve an old-logit model next to the trainer
 interrupt partial rollouts at weight updates.
 
 Paper: "Missing Old Logits in Asynchronous Agentic RL: Semantic Mismatch and Repair
-Methods for Off-Policy Correction" — title from METHODS.md, not checked with the search
-tool (budget); no arXiv id. Detached: the engine weight and everything computed from
+Methods for Off-Policy Correction" (title **unconfirmed**; no arXiv id). Detached: the engine weight and everything computed from
 lp_old / lp_mu; only `logp` carries gradient.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from .._checks import check_finite, expand_adv
 from ..batch import HOW_TO_PRODUCE
 from ..errors import MissingQuantityError
-from ._common import check_positive, check_roles, masked_fraction, masked_log_ratio, masked_mean, prefixed, scalar
-from ._host import clip_active, clipped_surrogate
+from ._common import check_roles, masked_log_ratio
 from .icepop import icepop
 from .kpop import kpop
 from .tis import tis
@@ -104,48 +102,3 @@ def require_exact_old(
             "the training engine at exactly the behavior version (snapshot, old-logit "
             "server or interrupted rollouts).")
     return old.tensor, behavior.tensor
-
-
-def decoupled_loss(
-    logp: torch.Tensor,
-    old: VersionedLogprobs | None,
-    behavior: VersionedLogprobs | None,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    correction: Literal["tis", "icepop", "kpop"],
-    correction_kwargs: Mapping[str, object],
-    eps_low: float,
-    eps_high: float,
-    current_version: int | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """sg(W(d)) × PPO clip on s (see module doc).
-
-    logp: [B, T] learner (differentiable); old / behavior: VersionedLogprobs [B, T]
-    (checked by `require_exact_old`); adv: [B] or [B, T]; mask: [B, T] bool.
-    correction: engine correction applied to d, with its own thresholds in
-    `correction_kwargs` (e.g. {"cap": 2.0} for tis, {"low": .5, "high": 5.} for icepop);
-    eps_low / eps_high: the staleness clip on s. current_version (optional) adds a
-    `versions_behind` metric. Returns (loss [B, T], 0 where mask is False; metrics).
-    """
-    logp_old, logp_behavior = require_exact_old(old, behavior)
-    if correction not in _CORRECTIONS:
-        raise ValueError(f"`correction` must be one of {sorted(_CORRECTIONS)}, got {correction!r}")
-    check_positive("eps_low", eps_low)
-    check_positive("eps_high", eps_high)
-    parts = decompose(logp, logp_old, logp_behavior, mask)
-    weights, w_metrics = _CORRECTIONS[correction](logp_old, logp_behavior, mask, **dict(correction_kwargs))
-    adv = expand_adv(adv, logp)
-    check_finite(adv, "adv", mask)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    adv = torch.where(mask, adv, zero)
-    s = torch.exp(parts["staleness_log_ratio"])
-    lo, hi = 1.0 - float(eps_low), 1.0 + float(eps_high)
-    loss = torch.where(mask, weights.detach() * clipped_surrogate(s, adv, lo, hi), zero)
-    metrics = {
-        "clip_frac": masked_fraction(clip_active(s.detach(), adv, lo, hi), mask, logp),
-        "staleness_ratio_mean": masked_mean(s, mask, logp),
-    }
-    if current_version is not None:
-        metrics["versions_behind"] = scalar(float(current_version - old.policy_version), logp)
-    return loss, {**prefixed(_METHOD, metrics), **w_metrics}

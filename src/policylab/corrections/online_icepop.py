@@ -1,4 +1,8 @@
-"""Online IcePop: IcePop for a batch that gets exactly one update, without the PPO clip.
+"""Online IcePop's single-use ledger.
+
+Online IcePop is a composition (method `online_icepop`): the policy gradient at ratio 1
+(`objectives.reinforce` with the unit carrier) times IcePop's band weight on the learner
+itself (`corrections.icepop` with sg(lp) in the numerator):
 
     k_t = exp(sg(lp_t) - lp_mu,t)                 the learner IS π_old in value (one update)
     loss_t = -sg(M(k_t)) · A_t · exp(lp_t - sg(lp_t))    M as in `icepop`, band inclusive
@@ -7,14 +11,14 @@ The unit carrier exp(lp - sg(lp)) has value 1 and gradient ∇lp, so the gradien
 token is -M(k)·A·∇lp: IcePop's gradient at ρ = 1; an out-of-band token gets none.
 
 The derivation only holds if the batch is fresh: sampled by the current weights and used
-once. `BatchLedger` enforces that (METHODS.md §3.8): `consume(batch_id, policy_version,
-current_version)` raises BatchReuseError on a second use of a batch_id (including a
-re-delivered copy) and on a batch sampled by other weights. Call `check` before the
-forward and `consume` after the optimizer step; save `state_dict()` in checkpoints.
+once. `BatchLedger` enforces that (single-use batches: a batch that assumed fresh data
+is refused a second use, and a batch from another policy version):
+`consume(batch_id, policy_version, current_version)` raises BatchReuseError on a second
+use of a batch_id (including a re-delivered copy) and on a batch sampled by other weights.
+The method's round stage calls `consume` once per round; save `state_dict()` in checkpoints.
 
 Paper: title **unconfirmed** (an online variant of IcePop, see `icepop`: Ring-1T report,
-arXiv:2510.18855). Band defaults unconfirmed, so `low`/`high` are required.
-Detached: M(k). Loss is 0 where `mask` is False.
+arXiv:2510.18855).
 """
 
 from __future__ import annotations
@@ -23,11 +27,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .._checks import check_finite, expand_adv
 from ..errors import BatchReuseError
-from ._common import check_band, check_roles, fraction, masked_log_ratio, prefixed
-from .diagnostics import log_ratio_stats
-from .icepop import band_weight
 
 
 def _as_version(v, name: str) -> int:
@@ -86,38 +86,3 @@ class BatchLedger:
         if not isinstance(consumed, Mapping):
             raise ValueError("BatchLedger state must have a `consumed` mapping")
         self._consumed = {str(k): int(v) for k, v in consumed.items()}
-
-
-def online_icepop(
-    logp: torch.Tensor,
-    logp_behavior: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    low: float,
-    high: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Online IcePop per-token loss (no PPO clip; see module doc).
-
-    logp: [B, T] learner log-probs (differentiable) at the version that sampled the batch;
-    logp_behavior, mask: [B, T]; adv: [B] (broadcast) or [B, T]; 0 <= low < high.
-    Returns (loss [B, T], 0 where mask is False; metrics). Single use is the caller's job
-    via `BatchLedger`.
-    """
-    check_roles("online_icepop", mask, logp=logp, logp_behavior=logp_behavior)
-    low, high = check_band(low, high)
-    adv = expand_adv(adv, logp)
-    check_finite(adv, "adv", mask)
-    log_k = masked_log_ratio(logp.detach(), logp_behavior.detach(), mask)
-    n = int(torch.count_nonzero(mask))
-    stats = log_ratio_stats(log_k, mask, logp)  # = mismatch_stats(logp, logp_behavior, mask)
-    w, n_high, n_low = band_weight(log_k, mask, low, high, scratch=log_k)  # log k is not needed after
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    lp = torch.where(mask, logp, zero)
-    carrier = torch.exp(lp - lp.detach())
-    loss = torch.where(mask, -w * torch.where(mask, adv, zero) * carrier, zero)
-    metrics = {
-        "frac_masked": fraction(n_high + n_low, n, w),
-        **stats,
-    }
-    return loss, prefixed("online_icepop", metrics)

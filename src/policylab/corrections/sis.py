@@ -99,20 +99,3 @@ def sis(
         **mismatch_stats(logp, logp_behavior_token, mask),
     }
     return accepted, prefixed("sis", metrics)
-
-
-def sis_weights(logp: torch.Tensor, host_weight: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
-    """The ratio the host objective should use: the unit carrier exp(lp - sg(lp)) (value 1,
-    gradient ∇lp) on accepted tokens, the host's own ratio `host_weight` (e.g. ρ =
-    exp(lp - lp_old), differentiable) on the others. All [B, T]; no position is dropped."""
-    if not (logp.shape == host_weight.shape == accepted.shape):
-        raise ShapeError(
-            f"`logp` {tuple(logp.shape)}, `host_weight` {tuple(host_weight.shape)} and "
-            f"`accepted` {tuple(accepted.shape)} must have the same shape"
-        )
-    if accepted.dtype != torch.bool:
-        raise ShapeError(f"`accepted` must be bool, got {accepted.dtype}")
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    lp = torch.where(accepted, logp, zero)  # NaN/garbage at rejected or padded spots stays out
-    carrier = torch.exp(lp - lp.detach())
-    return torch.where(accepted, carrier, host_weight)

@@ -1,33 +1,33 @@
-"""A recipe's anatomy, read from the code rather than written by hand: the policylab
+"""A method's anatomy, read from its spec rather than written by hand: the policylab
 kernels its stages call (with the equation block of their docstrings and their source
 location), its stages on one line, and the comparison table of every registered method.
 
-    kernels(recipe)        -> [Kernel]        the stage kernels a recipe calls, with formulas
-    formula_text(recipe)   -> str             those equations, stage by stage
+    kernels(method)        -> [Kernel]        the kernels the method's active stages call
+    formula_text(method)   -> str             those equations, stage by stage
     comparison_table()     -> [dict]          one row per registered method, from the cards
 
-Used by `policylab explain`, the quiz and the static site; a kernel whose docstring
-changes changes the text everywhere.
+Every kernel comes from the spec (`Stage.kernels`), so a method that composes a host
+objective with a correction shows both; a kernel whose docstring changes changes the text
+of `policylab explain`, the quiz and the site.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import methods
-from ..errors import PolicylabError
-from ..methods.registry import Recipe
+from ..methods.spec import _PACKAGE_ROOT, Method, _location
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the directory that holds `policylab/` (src/)
+PACKAGE_ROOT = _PACKAGE_ROOT  # the directory that holds `policylab/` (src/)
+# the stage kinds whose kernels carry the method's math, in pipeline order
+MATH_KINDS = ("reward", "filter", "round", "advantage", "objective", "correction", "addend", "term", "grad")
 
 
 @dataclass(frozen=True)
 class Kernel:
-    stage: str  # advantage | objective | correction
-    key: str  # the recipe's stage name (e.g. "gae", "ppo_clip", "tis")
+    stage: str  # the stage kind: advantage | objective | correction | reward | ...
+    key: str  # the stage's name (e.g. "gae", "ppo_clip", "tis")
     qualname: str  # e.g. "policylab.advantages.gae.gae"
     path: str  # source file relative to the package root, e.g. "policylab/advantages/gae.py"
     line: int  # line of the `def`
@@ -45,42 +45,33 @@ def _equation_block(doc: str | None) -> str:
     return "\n".join(block[:8]) if any(c in b for b in block for c in "=←") else ""
 
 
-def _stage_kernel(stage: str, key: str) -> Kernel:
-    """The policylab kernel a stage adapter calls: the `<alias>.<fn>(` call in its source
-    whose name is the stage key, else starts with it, else the first function called."""
-    from ..methods import stages
-
-    adapter = {"advantage": stages.ADVANTAGES, "objective": stages.OBJECTIVES,
-               "correction": stages.CORRECTIONS}[stage][key]
-    calls = []
-    for alias, fn_name in re.findall(r"\b(\w+)\.(\w+)\(", inspect.getsource(adapter)):
-        fn = getattr(adapter.__globals__.get(alias), fn_name, None)
-        if inspect.isfunction(fn) and fn.__module__.startswith("policylab."):
-            calls.append((fn_name, inspect.unwrap(fn)))
-    if not calls:
-        raise PolicylabError(f"no policylab kernel found in the {stage} adapter {adapter.__name__}")
-    exact = [f for n, f in calls if n == key] or [f for n, f in calls if n.startswith(key)] or [calls[0][1]]
-    fn = exact[0]
-    src = Path(inspect.getsourcefile(fn)).resolve()
+def _kernel(kind: str, name: str, fn) -> Kernel:
+    fn = inspect.unwrap(fn)
+    qualname, path, line = _location(fn)
     formula = _equation_block(fn.__doc__) or _equation_block(inspect.getmodule(fn).__doc__)
-    return Kernel(stage, key, f"{fn.__module__}.{fn.__name__}", src.relative_to(PACKAGE_ROOT).as_posix(),
-                  inspect.getsourcelines(fn)[1], formula)
+    return Kernel(kind, name, qualname, path, line, formula)
 
 
-def kernels(recipe: Recipe) -> list[Kernel]:
-    """The recipe's stage kernels in pipeline order: advantage, objective, correction."""
-    out = [_stage_kernel("advantage", recipe.advantage), _stage_kernel("objective", recipe.objective)]
-    if recipe.correction is not None:
-        out.append(_stage_kernel("correction", recipe.correction))
+def kernels(method: Method) -> list[Kernel]:
+    """The kernels of the method's active stages in pipeline order (each kernel once);
+    stages that are only plumbing (sources, bookkeeping) have none."""
+    out, seen = [], set()
+    for stage in method.stages():
+        if stage.kind not in MATH_KINDS or not stage.is_active(method.p):
+            continue
+        for fn in stage.kernels:
+            if fn not in seen:
+                seen.add(fn)
+                out.append(_kernel(stage.kind, stage.name, fn))
     return out
 
 
-def formula_text(recipe: Recipe) -> str:
-    """Each stage kernel's equation block under a `stage: qualname` line; a kernel whose
+def formula_text(method: Method) -> str:
+    """Each kernel's equation block under a `stage: qualname` line; a kernel whose
     docstrings show no equation contributes the card summary instead."""
     parts = []
-    for k in kernels(recipe):
-        parts.append(f"{k.stage}: {k.qualname}\n" + _indent(k.formula or recipe.card.summary))
+    for k in kernels(method):
+        parts.append(f"{k.stage}: {k.qualname}\n" + _indent(k.formula or method.card.summary))
     return "\n".join(parts)
 
 
@@ -100,26 +91,23 @@ COMPARISON_COLUMNS = (
 )
 
 
-def stages_text(r: Recipe) -> str:
-    parts = [f"advantage={r.advantage}", f"objective={r.objective}", f"aggregation={r.aggregation}"]
-    if r.correction:
-        parts.append(f"correction={r.correction}")
-    if r.filter:
-        parts.append(f"filter={r.filter}")
-    if r.shaping:
-        parts.append(f"shaping={','.join(r.shaping)}")
-    if r.kl:
-        parts.append(f"kl={r.kl.estimator}x{r.kl.coef}@{r.kl.placement}")
-    return " ".join(parts)
+def stages_text(m: Method) -> str:
+    """The active stages by kind on one line, e.g. `source=on_policy reward=verifier
+    advantage=grpo objective=ppo_clip addend=kl_loss aggregation=seq_mean_token_mean`."""
+    kinds: dict[str, list[str]] = {}
+    for stage in m.stages():
+        if stage.is_active(m.p):
+            kinds.setdefault(stage.kind, []).append(stage.name)
+    return " ".join(f"{k}={','.join(v)}" for k, v in kinds.items()) + f" aggregation={m.aggregation}"
 
 
 def comparison_table() -> list[dict[str, str]]:
     """One row per registered method (keys: COMPARISON_COLUMNS), from the registry cards:
-    inputs = recipe.required_fields, changes = card.summary."""
+    inputs = method.required_fields, changes = card.summary."""
     rows = []
     for name in methods.names():
-        r = methods.get(name)
-        rows.append(dict(method=name, family=r.card.family, samples=r.card.samples, learns=r.card.learns,
-                         reference=r.card.reference, inputs=", ".join(r.required_fields) or "rewards only",
-                         stages=stages_text(r), changes=r.card.summary))
+        m = methods.get(name)
+        rows.append(dict(method=name, family=m.card.family, samples=m.card.samples, learns=m.card.learns,
+                         reference=m.card.reference, inputs=", ".join(m.required_fields) or "rewards only",
+                         stages=stages_text(m), changes=m.card.summary))
     return rows

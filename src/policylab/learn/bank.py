@@ -7,7 +7,7 @@ strictly, run every worked example and fill the `{placeholders}` with the live n
 Every problem found is collected and raised at once as a `BankError`, one line per
 problem, each naming the file, the method and the question (see LEARN_FORMAT.md for the
 format). Numbers are never typed into the prose: a changed kernel changes the text, and a
-kernel that starts raising breaks the build. What a recipe is made of (its kernels, their
+kernel that starts raising breaks the build. What a method is made of (its kernels, their
 equations, the comparison table) is read from the code in `learn.anatomy`.
 """
 
@@ -24,7 +24,7 @@ import yaml
 
 from .. import methods
 from ..errors import PolicylabError
-from ..methods.registry import Recipe
+from ..methods.spec import Method
 
 HERE = Path(__file__).resolve().parent
 BANK_DIR = HERE / "bank"
@@ -68,13 +68,13 @@ class Question:
 @dataclass(frozen=True)
 class MethodEntry:
     name: str
-    recipe: Recipe
+    method: Method
     questions: tuple  # of Question, in CATEGORIES order
     file: str
 
     @property
     def card(self):
-        return self.recipe.card
+        return self.method.card
 
 
 @dataclass(frozen=True)
@@ -363,7 +363,7 @@ def build_bank(lang: str | None = None, *, bank_dir: Path | str | None = None,
         entries.append(entry)
     if errors:
         raise BankError(errors)
-    return [MethodEntry(e.name, e.recipe, tuple(_in_lang(q, lang) for q in e.questions), e.file) for e in entries]
+    return [MethodEntry(e.name, e.method, tuple(_in_lang(q, lang) for q in e.questions), e.file) for e in entries]
 
 
 # ----------------------------------------------------------------------------- topics

@@ -6,8 +6,8 @@
     explain(name, lang="en")                  the card, the formulas and every question with
                                               its worked example computed now
 
-The formula lines are the equation blocks of the docstrings of the kernels the recipe's
-stages call (`anatomy.formula_text`: advantage, objective, correction in pipeline order; the
+The formula lines are the equation blocks of the docstrings of the kernels the method's
+stages call (`anatomy.formula_text`: the method's kernels in pipeline order; the
 card summary stands in for a kernel whose docstrings show no equation).
 """
 
@@ -116,9 +116,9 @@ def quiz(method: str | None = None, lang: str = "en", seed: int | None = None, *
 def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -> str:
     """The card, the formulas and the four questions of `name` with live numbers."""
     ui = _ui(lang)
-    recipe = methods.get(name)
-    entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[recipe.name])[0]
-    parts = [card_text(recipe), "", f"{ui['formula']}:", anatomy.formula_text(recipe), "", f"{ui['questions']}:"]
+    method = methods.get(name)
+    entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[method.name])[0]
+    parts = [card_text(method), "", f"{ui['formula']}:", anatomy.formula_text(method), "", f"{ui['questions']}:"]
     for q in entry.questions:
         parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}", *example_lines(q, lang)]
     return "\n".join(parts)

@@ -47,8 +47,8 @@ UI = {
                  "zh": "搜索需要 JavaScript；下面的方法页面无需 JavaScript 即可浏览。"},
     "card": {"en": "Card", "zh": "方法卡片"},
     "formula": {"en": "Formula", "zh": "公式"},
-    "formula_note": {"en": "From the docstrings of the kernels the recipe's stages call (pipeline order).",
-                     "zh": "摘自该配方各阶段所调用内核的文档字符串（按流水线顺序）。"},
+    "formula_note": {"en": "From the docstrings of the kernels the method's stages call (pipeline order).",
+                     "zh": "摘自该方法各阶段所调用内核的文档字符串（按流水线顺序）。"},
     "source": {"en": "source", "zh": "源代码"},
     "answer": {"en": "Answer", "zh": "答案"},
     "example": {"en": "Worked example", "zh": "计算示例"},
@@ -57,13 +57,16 @@ UI = {
     "reading_order": {"en": "Reading order", "zh": "阅读顺序"},
     "cross": {"en": "Cross-method questions", "zh": "跨方法问题"},
     "no_topics": {"en": "No topics yet.", "zh": "暂无专题。"},
-    "compare_note": {"en": "From the registry cards; required inputs = the recipe's required batch fields.",
-                     "zh": "来自注册表中的方法卡片；所需输入即该配方需要的批数据字段。"},
+    "compare_note": {"en": "From the registry cards; required inputs = the method's required batch fields.",
+                     "zh": "来自注册表中的方法卡片；所需输入即该方法需要的批数据字段。"},
 }
 CATEGORY = {"basics": {"en": "basics", "zh": "基础"}, "mechanism": {"en": "mechanism", "zh": "机制"},
             "comparison": {"en": "comparison", "zh": "比较"}, "implementation": {"en": "implementation", "zh": "实现"}}
-STAGE = {"advantage": {"en": "advantage", "zh": "优势估计"}, "objective": {"en": "objective", "zh": "目标函数"},
-         "correction": {"en": "correction", "zh": "修正"}}
+STAGE = {"reward": {"en": "reward", "zh": "奖励"}, "filter": {"en": "filter", "zh": "过滤"},
+         "round": {"en": "round stage", "zh": "轮次阶段"}, "advantage": {"en": "advantage", "zh": "优势估计"},
+         "objective": {"en": "objective", "zh": "目标函数"}, "correction": {"en": "correction", "zh": "修正"},
+         "addend": {"en": "loss addend", "zh": "损失附加项"}, "term": {"en": "loss term", "zh": "损失项"},
+         "grad": {"en": "gradient transform", "zh": "梯度变换"}}
 CARD_ROWS = (
     ("title", {"en": "paper", "zh": "论文"}), ("arxiv", {"en": "arXiv", "zh": "arXiv"}),
     ("family", {"en": "family", "zh": "类别"}), ("summary", {"en": "what it does", "zh": "作用"}),
@@ -166,10 +169,10 @@ def example_data(questions) -> dict:
 
 
 def card_rows(entry: MethodEntry) -> dict:
-    r, c = entry.recipe, entry.recipe.card
+    r, c = entry.method, entry.method.card
     vals = dict(title=c.title, arxiv=c.arxiv, family=c.family, summary=c.summary, samples=c.samples, learns=c.learns,
                 reference=c.reference, critic=c.critic, inputs=", ".join(r.required_fields) or "rewards only",
-                stages=anatomy.stages_text(r), params=", ".join(f"{k}={v}" for k, v in r.params.items()) or "(none)",
+                stages=anatomy.stages_text(r), params=", ".join(f"{k}={v}" for k, v in r.p.items()) or "(none)",
                 status=c.status, not_established=c.not_established, confirmed=c.confirmed,
                 unconfirmed="; ".join(c.unconfirmed))
     return {k: v for k, v in vals.items() if v}
@@ -179,7 +182,7 @@ def method_page(entry: MethodEntry, have: set) -> str:
     rows = card_rows(entry)
     card = "".join(f"<tr><th>{bi(label)}</th><td>{esc(rows[k])}</td></tr>" for k, label in CARD_ROWS if k in rows)
     formulas = []
-    for k in anatomy.kernels(entry.recipe):
+    for k in anatomy.kernels(entry.method):
         src = link(f"source/{k.path}.html#L{k.line}", f"{esc(k.path)}:{k.line}")
         formulas.append(f"<h3>{bi(STAGE[k.stage])}: <code>{esc(k.qualname)}</code> "
                         f'<span class="muted">({ui("source")}: {src})</span></h3>'
@@ -288,7 +291,7 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
              "topics.html": topics_page(topic_data, have)}
     for e in entries:
         pages[method_href(e.name)] = method_page(e, have)
-    sources = sorted({k.path for e in entries for k in anatomy.kernels(e.recipe)})
+    sources = sorted({k.path for e in entries for k in anatomy.kernels(e.method)})
     for rel in sources:
         pages[f"source/{rel}.html"] = source_page(rel)
     for name, text in pages.items():

@@ -1,15 +1,26 @@
-"""Text rendering of the registry: the methods table and one method's card."""
+"""Text rendering of the registry: the methods table and one method's card.
+
+A card names, for every stage of the method, the function that runs it and the kernels
+it calls with their file and line (`policylab methods NAME`), so a reader goes from the
+card to the formula in one hop.
+"""
 
 from __future__ import annotations
 
-from .registry import REGISTRY, Recipe
+from .registry import REGISTRY
+from .spec import Method, describe_params
+
+
+def _stage_names(m: Method, kind: str) -> str:
+    return ",".join(s.name for s in m.stages() if s.kind == kind and s.is_active(m.p)) or "-"
 
 
 def table_text() -> str:
-    rows = [("method", "family", "advantage", "objective", "aggregation", "status")]
+    rows = [("method", "family", "advantage", "objective", "corrections", "aggregation", "status")]
     for name in sorted(REGISTRY):
-        r = REGISTRY[name]
-        rows.append((name, r.card.family, r.advantage, r.objective, r.aggregation, r.card.status))
+        m = REGISTRY[name]
+        rows.append((name, m.card.family, m.advantage.name, m.objective.name, _stage_names(m, "correction"),
+                     m.aggregation, m.card.status))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for j, row in enumerate(rows):
@@ -19,25 +30,32 @@ def table_text() -> str:
     return "\n".join(lines)
 
 
-def card_text(r: Recipe) -> str:
-    c = r.card
-    kl = f"{r.kl.estimator} x {r.kl.coef}, placed in the {r.kl.placement}" if r.kl else "none"
-    params = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "(none)"
+def stage_lines(m: Method) -> list[str]:
+    """One line per stage (inactive ones marked), then one per kernel it calls:
+    `kind name  module.function  path:line`."""
+    out = []
+    for s in m.stages():
+        qual, path, line = s.where()[0]
+        off = "" if s.is_active(m.p) else "  (off with these parameters)"
+        out.append(f"    {s.kind:<10} {s.name:<22} {qual}  {path}:{line}{off}")
+        for qual, path, line in s.where()[1:]:
+            out.append(f"    {'':<10} {'':<22}   kernel {qual}  {path}:{line}")
+    return out
+
+
+def card_text(m: Method) -> str:
+    c = m.card
     parts = [
-        f"{r.name}: {c.title}" + (f" (arXiv {c.arxiv})" if c.arxiv else ""),
+        f"{m.name}: {c.title}" + (f" (arXiv {c.arxiv})" if c.arxiv else ""),
         f"  family        {c.family}",
         f"  what it does  {c.summary}",
         f"  samples       {c.samples}",
         f"  learns        {c.learns}",
         f"  reference     {c.reference}",
         f"  critic        {c.critic}",
-        f"  needs         {', '.join(r.needs) or 'rewards only'}",
-        f"  stages        advantage={r.advantage}  objective={r.objective}  aggregation={r.aggregation}"
-        + (f"  correction={r.correction}" if r.correction else "")
-        + (f"  filter={r.filter}" if r.filter else "")
-        + (f"  shaping={','.join(r.shaping)}" if r.shaping else ""),
-        f"  KL            {kl}",
-        f"  parameters    {params}",
+        f"  needs         {', '.join(m.required_fields) or 'rewards only'}",
+        f"  role passes   {', '.join(m.roles) or 'none beyond the training forward'}",
+        f"  aggregation   {m.aggregation}",
         f"  status        {c.status}",
         f"  not shown     {c.not_established}",
     ]
@@ -45,4 +63,8 @@ def card_text(r: Recipe) -> str:
         parts.append(f"  confirmed     {c.confirmed}")
     if c.unconfirmed:
         parts.append(f"  unconfirmed   {'; '.join(c.unconfirmed)}")
+    parts.append("  parameters")
+    parts += [f"    {line}" for line in describe_params(m)]
+    parts.append("  stages")
+    parts += stage_lines(m)
     return "\n".join(parts)

@@ -66,3 +66,31 @@ def term_masks(method: Method, batch) -> dict[str, tuple[torch.Tensor, str, floa
 def _L_norm(method: Method, mode: str) -> float | None:
     """Dr. GRPO's constant normalizer: the method's declared `L_norm` (only that mode uses it)."""
     return float(method.p["L_norm"]) if mode == NORM_MODE else None
+
+
+def tensor_inputs(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *, logp_old: torch.Tensor | None = None,
+                  logp_behavior: torch.Tensor | None = None, logp_ref: torch.Tensor | None = None,
+                  entropy: torch.Tensor | None = None, group: torch.Tensor | None = None,
+                  rewards: torch.Tensor | None = None, outcome: dict | None = None, extras: dict | None = None,
+                  policy_version: int = 0, batch_id: str = "tensors") -> LossInputs:
+    """`LossInputs` from bare response-aligned tensors ([B, T] log-probs and mask, [B] or
+    [B, T] advantages), for callers that hold no `RolloutBatch`: another engine's loss
+    hook (verl, TRL), a worked example, a test. `logp_old` None = a single on-policy
+    update (π_old = sg(logp)). The batch behind it has a one-column dummy prompt (no
+    token ids are read by any loss stage); roles given here are also set on it, so
+    corrections find `logp_old` / `logp_behavior` where they look for them."""
+    from ..batch import RolloutBatch
+
+    B, T = mask.shape
+    dev = mask.device
+    batch = RolloutBatch(
+        tokens=torch.zeros((B, T + 1), dtype=torch.long, device=dev),
+        attention_mask=torch.cat([torch.ones((B, 1), dtype=torch.bool, device=dev), mask], dim=1),
+        loss_mask=mask, prompt_width=1,
+        group=group if group is not None else torch.arange(B, device=dev),
+        policy_version=torch.full((B,), int(policy_version), dtype=torch.long, device=dev), batch_id=batch_id,
+        logp_old=None if logp_old is None else logp_old.detach(), logp_behavior=logp_behavior, logp_ref=logp_ref,
+        rewards=rewards, outcome=dict(outcome or {}), extras=dict(extras or {}),
+    ).validate()
+    return LossInputs(logp=logp, logp_old=logp.detach() if logp_old is None else logp_old.detach(),
+                      logp_behavior=logp_behavior, logp_ref=logp_ref, adv=adv, mask=mask, entropy=entropy, batch=batch)

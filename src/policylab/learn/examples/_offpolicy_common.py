@@ -9,7 +9,6 @@ import math
 import torch
 
 from ... import advantages, aggregate as agg, corrections, kl, methods, objectives
-from ...corrections._host import clipped_surrogate
 from ...rewards import ttrl_rewards
 from . import example
 
@@ -47,6 +46,14 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
 def _grad(loss_sum: torch.Tensor, leaf: torch.Tensor) -> list[float]:
     (g,) = torch.autograd.grad(loss_sum, leaf)
     return _flat(g)
+
+
+def _method_loss(name: str, params: dict, lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, **roles):
+    """The registered method's own policy loss (objective x its corrections, as the
+    trainer composes it) on bare tensors: (loss [B, T], metrics)."""
+    from ...methods.loss import policy_loss, tensor_inputs
+
+    return policy_loss(methods.get(name).with_params(params), tensor_inputs(lp, adv, mask, **roles))
 
 
 def _error(fn) -> str:

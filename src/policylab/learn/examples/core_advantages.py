@@ -219,8 +219,9 @@ def remax_vs_rloo(sample_reward, greedy_reward, other_sample_reward):
 @example("reinforce_pp_returns")
 def reinforce_pp_returns(rewards, logp_old, logp_ref, kl_coef):
     old, ref, m = _rpp_inputs(logp_old, logp_ref)
-    ret = adv_mod.reinforce_pp_returns(_t(rewards), old, ref, m, kl_coef=kl_coef)
-    wh = adv_mod.reinforce_pp(_t(rewards), old, ref, m, kl_coef=kl_coef)
+    pen = kl.reward_penalty(old, ref, m, coef=kl_coef, estimator="k1")  # β·k1 per token, from the sampler
+    ret = adv_mod.reinforce_pp_returns(_t(rewards), pen, m)
+    wh = adv_mod.reinforce_pp(_t(rewards), pen, m)
     out = {"rewards": _nums(rewards), "kl_coef": _num(kl_coef)}
     for i in range(len(rewards)):
         n = int(m[i].sum())
@@ -234,8 +235,9 @@ def reinforce_pp_returns(rewards, logp_old, logp_ref, kl_coef):
 def reinforce_pp_vs_gae(reward, logp_old, logp_ref, values, kl_coef, lam):
     old, ref = _t(logp_old).unsqueeze(0), _t(logp_ref).unsqueeze(0)
     m = torch.ones_like(old, dtype=torch.bool)
-    rpp = adv_mod.reinforce_pp_returns(_t([reward]), old, ref, m, kl_coef=kl_coef)
-    tok_r = -kl.reward_penalty(old, ref, m, coef=kl_coef)
+    pen = kl.reward_penalty(old, ref, m, coef=kl_coef)
+    rpp = adv_mod.reinforce_pp_returns(_t([reward]), pen, m)
+    tok_r = -pen.clone()
     tok_r[0, -1] += reward
     mc, _ = adv_mod.gae(tok_r, torch.zeros_like(tok_r), m, gamma=1.0, lam=1.0)
     ppo, _ = adv_mod.gae(tok_r, _t(values).unsqueeze(0), m, gamma=1.0, lam=lam)
@@ -249,7 +251,7 @@ def reinforce_pp_whitening_lengths(rewards, lengths):
     """KL off: whitening over tokens weighs a long response more than a short one."""
     mask = _lengths_mask(lengths)
     z = torch.zeros(mask.shape, dtype=F64)
-    tok = adv_mod.reinforce_pp(_t(rewards), z, z, mask, kl_coef=0.0)
+    tok = adv_mod.reinforce_pp(_t(rewards), None, mask)
     per_seq = adv_mod.whiten(_t(rewards).unsqueeze(1), torch.ones(len(rewards), 1, dtype=torch.bool), eps=1e-8)
     return {"rewards": _nums(rewards), "lengths": [int(n) for n in lengths],
             "token_level": _nums(tok[:, 0]), "sequence_level": _nums(per_seq[:, 0]),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import torch
 from ... import corrections, objectives
-from ...corrections._host import clipped_surrogate
 
 from . import example
 from ._offpolicy_common import (
@@ -21,6 +20,7 @@ from ._offpolicy_common import (
     _engine_pair,
     _versioned,
     _sis_inputs,
+    _method_loss,
 )
 
 
@@ -80,9 +80,8 @@ def mol_total_vs_decoupled(p_behavior, p_old, p_current, adv, cap, eps):
     single, _ = objectives.ppo_clip(lp, lp_mu, a, mask, eps_low=eps, eps_high=eps)  # one clip on π_θ/μ
     g_single = _grad(single.sum(), lp)[0]
     lp2 = _leaf(lp_now)
-    loss, m = corrections.decoupled_loss(lp2, _versioned(lp_old, 3, "trainer"), _versioned(lp_mu, 3, "bf16"),
-                                         a, mask, correction="tis", correction_kwargs={"cap": cap},
-                                         eps_low=eps, eps_high=eps)
+    loss, m = _method_loss("missing_old_logits", {"tis_cap": cap, "eps_low": eps, "eps_high": eps}, lp2, a, mask,
+                           logp_old=lp_old, logp_behavior=lp_mu)
     return {"p_behavior": p_behavior, "p_old": p_old, "p_current": p_current, "adv": adv, "cap": cap, "eps": eps,
             "d": p_old / p_behavior, "s": p_current / p_old, "total": p_current / p_behavior,
             "single_clip_grad": g_single, "decoupled_grad": _grad(loss.sum(), lp2)[0]}
@@ -94,17 +93,17 @@ def mol_vs_minirl(p_behavior, p_old, p_current, adv, cap, eps):
     mask = _ones(lp_now)
     a = torch.full((1,), float(adv), dtype=F64)
     lp1, lp2 = _leaf(lp_now), _leaf(lp_now)
-    l1, _ = corrections.decoupled_loss(lp1, _versioned(lp_old, 7, "trainer"), _versioned(lp_mu, 7, "bf16"), a,
-                                       mask, correction="tis", correction_kwargs={"cap": cap},
-                                       eps_low=eps, eps_high=eps)
-    l2, _ = corrections.minirl_loss(lp2, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=cap)
+    clip_ = {"eps_low": eps, "eps_high": eps}
+    l1, _ = _method_loss("missing_old_logits", {"tis_cap": cap, **clip_}, lp1, a, mask, logp_old=lp_old,
+                         logp_behavior=lp_mu)
+    l2, _ = _method_loss("minirl", {"engine_cap": cap, **clip_}, lp2, a, mask, logp_old=lp_old, logp_behavior=lp_mu)
     g1, g2 = _grad(l1.sum(), lp1), _grad(l2.sum(), lp2)
+    # missing_old_logits checks the old log-probs' version before any loss (its round stage);
+    # minirl has no such check: a stale logp_old goes through
     stale_old = _versioned(lp_old, 6, "trainer")
-    refused = _error(lambda: corrections.decoupled_loss(
-        _leaf(lp_now), stale_old, _versioned(lp_mu, 7, "bf16"), a, mask, correction="tis",
-        correction_kwargs={"cap": cap}, eps_low=eps, eps_high=eps))
-    accepted = _error(lambda: corrections.minirl_loss(_leaf(lp_now), stale_old.tensor, lp_mu, a, mask,
-                                                      eps_low=eps, eps_high=eps, engine_cap=cap))
+    refused = _error(lambda: corrections.require_exact_old(stale_old, _versioned(lp_mu, 7, "bf16")))
+    accepted = _error(lambda: _method_loss("minirl", {"engine_cap": cap, **clip_}, _leaf(lp_now), a, mask,
+                                           logp_old=stale_old.tensor, logp_behavior=lp_mu))
     return {"mol_loss": _flat(l1), "minirl_loss": _flat(l2), "mol_grad": g1, "minirl_grad": g2,
             "same": bool(torch.allclose(l1, l2)) and g1 == g2, "mol_version_error": refused,
             "minirl_version_error": accepted}
@@ -128,7 +127,8 @@ def minirl_first_minibatch(p_old, p_behavior, adv, eps):
     mask = _ones(lp_old)
     a = torch.full((1,), float(adv), dtype=F64)
     lp = _leaf(lp_old)
-    loss, _ = corrections.minirl_loss(lp, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=None)
+    loss, _ = _method_loss("minirl", {"eps_low": eps, "eps_high": eps}, lp, a, mask, logp_old=lp_old,
+                           logp_behavior=lp_mu)
     lp2 = _leaf(lp_old)
     w, _ = corrections.tis(lp_old, lp_mu, mask, cap=math.inf)  # the untruncated engine ratio
     ref, _ = objectives.reinforce(lp2, a, mask, weight=w)
@@ -144,9 +144,10 @@ def minirl_minibatches(ratio_engine, rhos, adv, eps):
     mask = _ones(lp_old)
     lp = _leaf(lp_old + torch.log(_row(rhos)))
     a = torch.full((1,), float(adv), dtype=F64)
-    loss, m = corrections.minirl_loss(lp, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=None)
+    loss, m = _method_loss("minirl", {"eps_low": eps, "eps_high": eps}, lp, a, mask, logp_old=lp_old,
+                           logp_behavior=lp_mu)
     return {"ratio_engine": ratio_engine, "rhos": list(map(float, rhos)), "adv": adv, "eps": eps,
-            "grad": _grad(loss.sum(), lp), "clip_frac": _f(m["minirl/clip_frac"])}
+            "grad": _grad(loss.sum(), lp), "clip_frac": _f(m["policy/clip_frac"])}
 
 
 @example("minirl_vs_tis")
@@ -155,7 +156,8 @@ def minirl_vs_tis(ratio_engine, adv, cap, eps):
     mask = _ones(lp_old)
     a = torch.full((1,), float(adv), dtype=F64)
     lp = _leaf(lp_old)
-    loss, _ = corrections.minirl_loss(lp, lp_old, lp_mu, a, mask, eps_low=eps, eps_high=eps, engine_cap=None)
+    loss, _ = _method_loss("minirl", {"eps_low": eps, "eps_high": eps}, lp, a, mask, logp_old=lp_old,
+                           logp_behavior=lp_mu)
     w, _ = corrections.tis(lp_old, lp_mu, mask, cap=cap)
     lp2 = _leaf(lp_old)
     host, _ = objectives.ppo_clip(lp2, lp_old, a, mask, eps_low=eps, eps_high=eps)
@@ -191,10 +193,16 @@ def sis_mechanism(topk, positions, seed):
     """π = μ: every token accepted; an accepted token's ratio is the unit carrier."""
     lp, ids, lmk, lpk, tok, lmu, mask = _sis_inputs(topk, topk, 0, positions)
     acc, m = corrections.sis(lp, ids, lmk, lpk, tok, lmu, mask, generator=torch.Generator().manual_seed(seed))
+    # an accepted token's ratio denominator becomes sg(lp): ratio value 1, gradient ∇lp
+    from ...methods.loss import tensor_inputs
+    from ...methods.stages.losses import sis_denominator
+
     leaf = _leaf(lp[:, :1])
-    w = corrections.sis_weights(leaf, torch.full_like(leaf, 1.7), torch.ones_like(leaf, dtype=torch.bool))
+    inp = tensor_inputs(leaf, torch.ones(1, dtype=F64), _ones(leaf), logp_old=leaf.detach() - 0.5,
+                        extras={"sis_accepted": torch.ones_like(leaf, dtype=torch.bool)})
+    ratio = torch.exp(leaf - sis_denominator(inp, None).logp_old)
     return {"accept_rate": _f(m["sis/accept_rate"]), "envelope": math.exp(_f(m["sis/log_envelope_mean"])),
-            "carrier_value": _f(w[0, 0]), "carrier_grad": _grad(w.sum(), leaf)[0]}
+            "carrier_value": _f(ratio[0, 0]), "carrier_grad": _grad(ratio.sum(), leaf)[0]}
 
 
 @example("sis_vs_ppo")
@@ -206,9 +214,9 @@ def sis_vs_ppo(rho, adv, eps):
 
     def host_grad(accepted: bool) -> float:
         lp = _leaf(lp_old + math.log(rho))
-        ratio = torch.exp(lp - lp_old)
-        w = corrections.sis_weights(lp, ratio, torch.full_like(mask, accepted))
-        return _grad(clipped_surrogate(w, a.unsqueeze(-1), 1 - eps, 1 + eps).sum(), lp)[0]
+        loss, _ = _method_loss("sis", {"eps_low": eps, "eps_high": eps}, lp, a, mask, logp_old=lp_old,
+                               extras={"sis_accepted": torch.full_like(mask, accepted)})
+        return _grad(loss.sum(), lp)[0]
 
     lp = _leaf(lp_old + math.log(rho))
     ppo, _ = objectives.ppo_clip(lp, lp_old, a, mask, eps_low=eps, eps_high=eps)

@@ -19,6 +19,7 @@ from ._offpolicy_common import (
     _error,
     _engine_pair,
     _constant_sequences,
+    _method_loss,
 )
 
 
@@ -116,10 +117,11 @@ def online_icepop_grad(ratios, adv, low, high):
     lp_now, lp_mu = _engine_pair(ratios)
     lp = _leaf(lp_now)
     a = torch.full((1,), float(adv), dtype=F64)
-    loss, m = corrections.online_icepop(lp, lp_mu, a, _ones(lp), low=low, high=high)
+    loss, m = _method_loss("online_icepop", {"icepop_low": low, "icepop_high": high}, lp, a, _ones(lp),
+                           logp_behavior=lp_mu)
     return {"ratios": list(map(float, ratios)), "adv": adv, "low": low, "high": high,
             "loss": _flat(loss), "grad": _grad(loss.sum(), lp),
-            "frac_masked": _f(m["online_icepop/frac_masked"])}
+            "frac_masked": _f(m["correction/online_icepop/frac_masked"])}
 
 
 @example("online_vs_icepop")
@@ -138,7 +140,8 @@ def online_vs_icepop(ratio, adv, rho_reused, low, high, eps):
 
     def online_grad(shift):
         lp = _leaf(lp_old + math.log(shift))
-        loss, _ = corrections.online_icepop(lp, lp_mu, a, mask, low=low, high=high)
+        loss, _ = _method_loss("online_icepop", {"icepop_low": low, "icepop_high": high}, lp, a, mask,
+                               logp_behavior=lp_mu)
         return _grad(loss.sum(), lp)[0]
 
     fresh_i, fresh_o = icepop_grad(1.0), online_grad(1.0)

@@ -57,9 +57,9 @@ def xm_k1_k3(log_ratio_to_ref):
     where_zh = {"loss": "损失", "reward": "奖励"}
     out = {"log_ratio": list(map(float, log_ratio_to_ref))}
     for name in ("grpo", "reinforce_pp"):
-        spec = methods.get(name).kl
-        out[f"{name}_kl"] = f"{spec.estimator} in the {spec.placement}"
-        out[f"{name}_kl_zh"] = f"{spec.estimator}（放在{where_zh[spec.placement]}中）"
+        p = methods.get(name).p
+        out[f"{name}_kl"] = f"{p.kl_estimator} in the {p.kl_placement}"
+        out[f"{name}_kl_zh"] = f"{p.kl_estimator}（放在{where_zh[p.kl_placement]}中）"
     for name in ("k1", "k2", "k3"):
         lp = _leaf(lp_ref + _row(log_ratio_to_ref))
         v = getattr(kl, name)(lp, lp_ref)

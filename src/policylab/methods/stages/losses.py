@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ... import advantages as A
 from ... import corrections as C
 from ... import kl as kl_mod
 from ... import objectives as O
@@ -207,8 +208,7 @@ def entropy_bonus(inp: LossInputs, p):
 
 def positive_nll(inp: LossInputs, p):
     """μ · (−lp) on the tokens of correct responses (VAPO's positive-example LM loss)."""
-    correct = _correct(inp.batch).unsqueeze(-1) & inp.mask
-    return p.nll_coef * torch.where(correct, -inp.logp, torch.zeros((), dtype=inp.logp.dtype)), {}
+    return p.nll_coef * A.positive_nll(inp.logp, inp.mask, _correct(inp.batch)), {}
 
 
 def positive_nll_mask(batch, p) -> torch.Tensor:
@@ -225,5 +225,5 @@ KL_LOSS = Stage("addend", kl_loss, kernels=(kl_mod.k1, kl_mod.k2, kl_mod.k3), pa
                 "kl_placement"), reads=("logp", "logp_ref"), active=kl_in_loss)
 ENTROPY_BONUS = Stage("addend", entropy_bonus, params=("entropy_coef",), reads=("entropy",),
                       active=lambda p: p.entropy_coef > 0)
-POSITIVE_NLL = Stage("term", positive_nll, name="nll", params=("nll_coef",), reads=("logp", "outcome.correct"),
+POSITIVE_NLL = Stage("term", positive_nll, name="nll", kernels=(A.positive_nll,), params=("nll_coef",), reads=("logp", "outcome.correct"),
                      active=lambda p: p.nll_coef > 0, term_mask=positive_nll_mask, term_aggregation="token_mean")

@@ -80,7 +80,7 @@ def line_steps(s: Sampled, ctx: StageContext):
     return {"extras": out}, {}
 
 
-VERIFIER = Stage("reward", verifier, kernels=(rw.combine_rewards,),
+VERIFIER = Stage("reward", verifier,
                  writes=("rewards", "outcome.correct", "extras.gold_correct"))
 MAJORITY_VOTE = Stage("reward", majority_vote, kernels=(rw.ttrl_rewards,),
                       writes=("rewards", "outcome.correct", "outcome.eligible", "extras.gold_correct"))
