@@ -31,7 +31,7 @@ EXTRA = {
     "minirl": {"rollout": {"engine_dtype": "bf16"}}, "online_icepop": {"rollout": {"engine_dtype": "bf16"}},
     "gmc": {"rollout": {"staleness": 1}}, "sis": {"rollout": {"staleness": 1}},
     "missing_old_logits": {"rollout": {"staleness": 1, "engine_dtype": "bf16"}},
-    "vapo": {"train": {"value_pretrain_steps": 1}},
+    "vapo": {"method_params": {"value_pretrain_steps": 1}},
 }
 
 
@@ -42,6 +42,7 @@ def run(name: str, steps: int) -> dict:
             "method": name, "model": "embedded", "run_dir": d, "seed": 0,
             "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12, **extra.get("rollout", {})},
             "train": {"steps": steps, "lr": 1e-5, "micro_batch_size": 16, **extra.get("train", {})},
+            "method_params": extra.get("method_params", {}),
             "log": {"tensorboard": False, "progress": False},
         })
         tr = Trainer(cfg)

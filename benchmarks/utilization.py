@@ -68,7 +68,7 @@ def _prompts(tokenizer, n: int, seed: int) -> list[list[int]]:
 def train_phase(model, batch, micro_batch: int, dtype: str) -> dict:
     """One forward+backward over `batch` as optimizer_step does it; FLOP counts and time."""
     from policylab.logprobs import model_logprobs
-    from policylab.update import _autocast, trim
+    from policylab.update import autocast, trim
 
     model.train()
     model.zero_grad(set_to_none=True)
@@ -79,7 +79,7 @@ def train_phase(model, batch, micro_batch: int, dtype: str) -> dict:
     t0 = time.perf_counter()
     for idx in order.split(micro_batch):
         mb, _ = trim(batch.select(idx), adv[idx])
-        with _autocast(dtype):
+        with autocast(dtype):
             lp, _ent = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling,
                                       with_entropy=True)
         (lp.float().sum() / 1000.0).backward()
@@ -102,14 +102,14 @@ def train_phase_prefix(model, batch, micro_batch: int, dtype: str) -> dict:
     state; micro-batches of response tokens only, sorted by response length; the prompts'
     share of the gradient through the prefix graph once at the end)."""
     from policylab.prefix import shared_prefix_or_none
-    from policylab.update import _autocast, trim
+    from policylab.update import autocast, trim
 
     model.train()
     model.zero_grad(set_to_none=True)
     adv = torch.zeros(batch.size)
     logp = torch.zeros(batch.loss_mask.shape)
     t0 = time.perf_counter()
-    with _autocast(dtype):
+    with autocast(dtype):
         prefix = shared_prefix_or_none(model, batch.tokens, batch.attention_mask, batch.prompt_width)
     if prefix is None:
         raise SystemExit("no two rows share a prompt: nothing for the shared prefix to save")
@@ -119,7 +119,7 @@ def train_phase_prefix(model, batch, micro_batch: int, dtype: str) -> dict:
     order = torch.argsort(batch.loss_mask.sum(-1), descending=True, stable=True)
     for idx in order.split(micro_batch):
         mb, _ = trim(batch.select(idx), adv[idx], keep_prompt=True)
-        with _autocast(dtype):
+        with autocast(dtype):
             lp, _ent = prefix.logprobs(model, idx, mb.tokens, mb.attention_mask, sampling=mb.sampling,
                                        with_entropy="detached")
         (lp.float().sum() / 1000.0).backward()

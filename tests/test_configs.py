@@ -6,6 +6,7 @@ import pytest
 
 from policylab import methods
 from policylab.config import load_config
+from policylab.trainer import run_shape
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -13,4 +14,5 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_config_loads(path):
     cfg = load_config(path)
-    methods.get(cfg.method).with_params(cfg.method_params)
+    # the method's parameters validate and resolve against the run, and its checks pass
+    methods.get(cfg.method).with_params(cfg.method_params, run_shape(cfg))

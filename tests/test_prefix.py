@@ -1,6 +1,7 @@
 """SharedPrefix: each distinct prompt computed once, same log-probs and gradient as the
 full forward of every row (the naive reference is `model_logprobs` on each whole row)."""
 
+import dataclasses
 import pytest
 import torch
 
@@ -105,14 +106,14 @@ def test_optimizer_step_same_update_with_and_without_prefix(tiny_model_dir, tmp_
     adv = torch.linspace(-1, 1, batch.size, dtype=torch.float64)
     start = {k: v.clone() for k, v in tr.model.state_dict().items()}
     for mode in ["token_mean", "seq_mean_token_mean"]:
-        recipe = methods.get("grpo").with_params({"kl_coef": 0.0})
-        recipe = recipe.__class__(**{**recipe.__dict__, "aggregation": mode})
+        # dr_grpo declares L_norm (the constant of seq_mean_token_sum_norm); only the mode changes
+        recipe = dataclasses.replace(methods.get("dr_grpo").with_params({"L_norm": 5.0}), aggregation=mode)
         deltas = {}
         for shared, mbs in [(False, 9), (True, 9), (True, 2), (True, 1)]:
             tr.model.load_state_dict(start)
             opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
             m = optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=mbs, dtype="fp64",
-                               grad_clip=0.0, old_from_same_forward=True, L_norm=5.0, shared_prefix=shared)
+                               grad_clip=0.0, old_from_same_forward=True, shared_prefix=shared)
             assert m["skipped_nonfinite"] == 0.0
             deltas[(shared, mbs)] = {k: v - start[k] for k, v in tr.model.state_dict().items()}
         ref = deltas[(False, 9)]
@@ -134,7 +135,7 @@ def test_trainer_role_pass_uses_prefix_and_matches(tiny_model_dir, tmp_path):
                           rollout={"prompts_per_step": 2, "group_size": 3, "max_new_tokens": 5})
         tr = Trainer(cfg)
         batch = tr.collect()[0]
-        outs[shared] = tr._role_logprobs(tr.model, batch)
+        outs[shared] = tr.worker.role_logprobs("logp_old", batch)
     torch.testing.assert_close(outs[True], outs[False], rtol=1e-10, atol=1e-12)
 
 
@@ -217,12 +218,12 @@ def test_optimizer_step_metrics_equal_with_and_without_prefix(tiny_model_dir, tm
                       rollout={"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 6})
     tr = Trainer(cfg)
     batch = tr.prepare(tr.collect()[0])
-    adv, _ = stages.compute_advantages(tr.recipe, batch, {})
+    adv = tr.method.advantage.fn(batch, tr.context().for_stage(tr.method, tr.method.advantage)).adv
     adv = adv + 0.1 * torch.randn(adv.shape, generator=torch.Generator().manual_seed(0), dtype=adv.dtype)
     opt = torch.optim.SGD(tr.model.parameters(), lr=0.0)  # weights stay: compare metrics on the same weights
-    kw = dict(micro_batch_size=5, dtype="fp64", grad_clip=0.0, old_from_same_forward=True, L_norm=None)
-    m0 = optimizer_step(tr.model, opt, None, tr.recipe, batch, adv, shared_prefix=False, **kw)
-    m1 = optimizer_step(tr.model, opt, None, tr.recipe, batch, adv, shared_prefix=True, **kw)
+    kw = dict(micro_batch_size=5, dtype="fp64", grad_clip=0.0, old_from_same_forward=True)
+    m0 = optimizer_step(tr.model, opt, None, tr.method, batch, adv, shared_prefix=False, **kw)
+    m1 = optimizer_step(tr.model, opt, None, tr.method, batch, adv, shared_prefix=True, **kw)
     assert m0.keys() == m1.keys() and m0["grad_norm"] > 0
     for k in m0:
         assert m1[k] == pytest.approx(m0[k], rel=1e-6, abs=1e-9), k

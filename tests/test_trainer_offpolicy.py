@@ -28,8 +28,9 @@ def test_fp32_engine_has_no_mismatch(tiny_model_dir, tmp_path):
 
 
 def test_staleness_trains_on_batches_sampled_k_versions_ago(tiny_model_dir, tmp_path):
+    # groups of 4: a batch whose every group has one outcome trains no row (zero advantages)
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="missing_old_logits", method_params={},
-                      rollout={"staleness": 2}, train={"steps": 4})
+                      rollout={"staleness": 2, "group_size": 4}, train={"steps": 4})
     tr = Trainer(cfg)
     rows = [tr.train_step() for _ in range(4)]
     assert rows[0].get("staleness/warming_up") == 1.0 and rows[1].get("staleness/warming_up") == 1.0
@@ -39,8 +40,9 @@ def test_staleness_trains_on_batches_sampled_k_versions_ago(tiny_model_dir, tmp_
     assert rows[3]["staleness/versions_behind_mean"] >= 1.0
     # the old log-probs were taken at the sampling weights, so the first update of a stale
     # batch already sees a policy ratio != 1
-    assert rows[3]["policy/missing_old_logits/staleness_ratio_mean"] != 1.0
-    assert rows[2]["policy/missing_old_logits/staleness_ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # lag 0
+    # (the PPO host's ratio π_θ/π_old is the staleness factor s of the decomposition)
+    assert rows[3]["policy/ratio/mean"] != 1.0
+    assert rows[2]["policy/ratio/mean"] == pytest.approx(1.0, abs=1e-6)  # lag 0
 
 
 def test_single_use_method_refuses_a_stale_batch(tiny_model_dir, tmp_path):
@@ -64,13 +66,14 @@ def test_sis_draws_acceptance_from_recorded_topk(tiny_model_dir, tmp_path):
                       rollout={"staleness": 1}, train={"steps": 3})
     tr = Trainer(cfg)
     rows = [tr.train_step() for _ in range(3)]
-    acc = [r["policy/sis/accepted_frac"] for r in rows if "policy/sis/accepted_frac" in r]
+    acc = [r["correction/sis/accepted_frac"] for r in rows if "correction/sis/accepted_frac" in r]
     assert acc and all(0.0 <= a <= 1.0 for a in acc)
 
 
 @pytest.mark.parametrize("engine_correction", ["tis", "icepop", "kpop"])
 def test_missing_old_logits_with_each_engine_correction(engine_correction, tiny_model_dir, tmp_path):
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="missing_old_logits",
-                      method_params={"engine_correction": engine_correction}, rollout={"engine_dtype": "bf16"})
+                      method_params={"engine_correction": engine_correction},
+                      rollout={"engine_dtype": "bf16", "group_size": 4})
     m = Trainer(cfg).train_step()
-    assert m["skipped_nonfinite"] == 0.0 and any(k.startswith(f"policy/{engine_correction}/") for k in m)
+    assert m["skipped_nonfinite"] == 0.0 and any(k.startswith(f"correction/{engine_correction}/") for k in m)

@@ -1,11 +1,13 @@
 """reinforce_pp, reinforce_pp_returns, reinforce_pp_baseline, EmaScale (advantages/reinforce_pp.py)."""
 
 import math
+import types
 
 import pytest
 import torch
 from torch.testing import assert_close
 
+from policylab import kl
 from policylab.advantages import EmaScale, reinforce_pp, reinforce_pp_baseline, reinforce_pp_returns
 from policylab.errors import BatchReuseError, NonFiniteError, PolicylabError, ShapeError
 
@@ -40,17 +42,26 @@ def naive_whiten(x, mask, eps):
     return torch.where(mask, (x - mean) / (std + eps), torch.zeros((), dtype=x.dtype))
 
 
+def penalty(lp_old, lp_ref, mask, beta, estimator="k1"):
+    """β·k(lp_old, lp_ref) per token, the KL-in-reward penalty the method's round stage writes."""
+    return kl.reward_penalty(lp_old, lp_ref, mask, coef=beta, estimator=estimator)
+
+
 def test_returns_hand_case():
     # A_t = r − β Σ_{u≥t} kl_u, β = 1: [1 − 0.6, 1 − 0.5, 1 − 0.3] = [0.4, 0.5, 0.7]
-    a = reinforce_pp_returns(*hand_inputs(), kl_coef=1.0)
+    r, lp_old, lp_ref, mask = hand_inputs()
+    a = reinforce_pp_returns(r, penalty(lp_old, lp_ref, mask, 1.0), mask)
     assert_close(a, torch.tensor([[0.4, 0.5, 0.7, 0.0]], dtype=F64), rtol=0, atol=1e-12)
+    # no KL term: every valid token carries the reward
+    assert_close(reinforce_pp_returns(r, None, mask), torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=F64))
 
 
 def test_whitened_hand_case_one_sample_per_prompt():
     # [0.4, 0.5, 0.7]: mean 0.53333, deviations [−0.13333, −0.03333, 0.16667]
     # population var = (0.017778 + 0.001111 + 0.027778)/3 = 0.015556, std 0.124722
     # → [−1.0690, −0.2673, 1.3363]
-    a = reinforce_pp(*hand_inputs(), kl_coef=1.0, eps=0.0)
+    r, lp_old, lp_ref, mask = hand_inputs()
+    a = reinforce_pp(r, penalty(lp_old, lp_ref, mask, 1.0), mask, eps=0.0)
     assert_close(a, torch.tensor([[-1.0690, -0.2673, 1.3363, 0.0]], dtype=F64), rtol=0, atol=1e-4)
 
 
@@ -63,27 +74,46 @@ def test_matches_naive_reference(seed):
     lp_ref = -torch.rand(B, T, generator=g, dtype=F64) * 3
     mask = torch.rand(B, T, generator=g) > 0.3
     mask[:, 0] = True
-    ret = reinforce_pp_returns(rewards, lp_old, lp_ref, mask, kl_coef=0.05)
+    ret = reinforce_pp_returns(rewards, penalty(lp_old, lp_ref, mask, 0.05), mask)
     assert_close(ret, naive_returns(rewards, lp_old, lp_ref, mask, 0.05))
-    assert_close(reinforce_pp(rewards, lp_old, lp_ref, mask, kl_coef=0.05), naive_whiten(ret, mask, 1e-8))
+    assert_close(reinforce_pp(rewards, penalty(lp_old, lp_ref, mask, 0.05), mask), naive_whiten(ret, mask, 1e-8))
+
+
+def test_k3_estimator_is_used_when_asked():
+    # kl_estimator=k3 was once accepted and silently computed with k1. Hand case: d = lp_ref −
+    # lp_old = [−0.1, −0.2, −0.3]; k3 = e^d − d − 1 = [0.004837, 0.018731, 0.040818];
+    # β = 1, r = 1 → A = [1 − 0.064386, 1 − 0.059549, 1 − 0.040818] = [0.935614, 0.940451, 0.959182]
+    r, lp_old, lp_ref, mask = hand_inputs()
+    a = reinforce_pp_returns(r, penalty(lp_old, lp_ref, mask, 1.0, "k3"), mask)
+    assert_close(a[0, :3], torch.tensor([0.935614, 0.940451, 0.959182], dtype=F64), rtol=0, atol=1e-6)
+    # through the method: its KL stage writes the k3 penalty, its advantage stage reads it
+    from policylab import methods
+    from policylab.methods.stages.rounds import kl_reward_penalty
+
+    m = methods.get("reinforce_pp").with_params({"kl_estimator": "k3", "kl_coef": 1.0})
+    stage = m.round[0]
+    batch = types.SimpleNamespace(logp_old=lp_old, logp_ref=lp_ref, loss_mask=mask, require=lambda *a: None)
+    changes, _ = kl_reward_penalty(batch, types.SimpleNamespace(p=m.view(stage)))
+    assert_close(changes["extras"]["kl_penalty"], penalty(lp_old, lp_ref, mask, 1.0, "k3"))
 
 
 def test_returns_bad_inputs():
     r, lp_old, lp_ref, mask = hand_inputs()
+    pen = penalty(lp_old, lp_ref, mask, 1.0)
     with pytest.raises(ShapeError, match=r"row\(s\) \[0\] have no valid token"):
-        reinforce_pp_returns(r, lp_old, lp_ref, torch.zeros_like(mask), kl_coef=1.0)
-    with pytest.raises(ShapeError, match="`rewards` has 2 entries but `logp_old` has 1 rows"):
-        reinforce_pp_returns(torch.zeros(2, dtype=F64), lp_old, lp_ref, mask, kl_coef=1.0)
-    with pytest.raises(ShapeError, match="`logp_ref` has shape"):
-        reinforce_pp_returns(r, lp_old, lp_ref[:, :3], mask, kl_coef=1.0)
-    bad = lp_ref.clone()
+        reinforce_pp_returns(r, pen, torch.zeros_like(mask))
+    with pytest.raises(ShapeError, match="`rewards` has 2 entries but `mask` has 1 rows"):
+        reinforce_pp_returns(torch.zeros(2, dtype=F64), pen, mask)
+    with pytest.raises(ShapeError, match="`kl_penalty` has shape"):
+        reinforce_pp_returns(r, pen[:, :3], mask)
+    bad = pen.clone()
     bad[0, 1] = NAN
-    with pytest.raises(NonFiniteError, match=r"`logp_ref`.*index \[0, 1\]"):
-        reinforce_pp_returns(r, lp_old, bad, mask, kl_coef=1.0)
+    with pytest.raises(NonFiniteError, match=r"`kl_penalty`.*index \[0, 1\]"):
+        reinforce_pp_returns(r, bad, mask)
     with pytest.raises(NonFiniteError, match="`rewards`"):
-        reinforce_pp_returns(torch.tensor([NAN], dtype=F64), lp_old, lp_ref, mask, kl_coef=1.0)
-    with pytest.raises(PolicylabError, match="`kl_coef` must be a finite number >= 0"):
-        reinforce_pp_returns(r, lp_old, lp_ref, mask, kl_coef=-0.1)
+        reinforce_pp_returns(torch.tensor([NAN], dtype=F64), pen, mask)
+    with pytest.raises(ValueError, match="`coef` must be a finite number >= 0"):
+        penalty(lp_old, lp_ref, mask, -0.1)
 
 
 # ----- group-baseline variant -------------------------------------------------------

@@ -3,10 +3,18 @@ import math
 import pytest
 import torch
 
-from policylab.corrections import RoutingRecord, check_routing, minirl_loss
+from policylab.corrections import RoutingRecord, check_routing
 from policylab.errors import MissingQuantityError, ShapeError
 
+from method_loss import method_loss
+
 F64 = torch.float64
+
+
+def minirl_loss(lp, lp_old, lp_mu, adv, mask, *, eps_low, eps_high, engine_cap):
+    """The registered `minirl` composition: PPO clip on ρ = π_θ/π_old x sg(min(π_old/μ, C))."""
+    return method_loss("minirl", dict(eps_low=eps_low, eps_high=eps_high, engine_cap=engine_cap), lp, adv, mask,
+                       logp_old=lp_old, logp_behavior=lp_mu)
 
 
 def naive_minirl(lp, lp_old, lp_mu, adv, mask, eps_low, eps_high, cap):
@@ -25,7 +33,7 @@ def naive_minirl(lp, lp_old, lp_mu, adv, mask, eps_low, eps_high, cap):
 def roles(seed, B=3, T=6):
     torch.manual_seed(seed)
     lp_old = -torch.rand(B, T, dtype=F64) * 2
-    lp_mu = lp_old + 0.5 * torch.randn(B, T, dtype=F64)
+    lp_mu = (lp_old + 0.5 * torch.randn(B, T, dtype=F64)).clamp(max=-1e-3)  # a log-probability
     lp = lp_old + 0.3 * torch.randn(B, T, dtype=F64)
     return lp, lp_old, lp_mu, torch.randn(B, T, dtype=F64), torch.rand(B, T) > 0.2
 
@@ -47,7 +55,7 @@ def test_first_minibatch_is_engine_corrected_reinforce():
     lp2 = lp_old.clone().requires_grad_(True)
     torch.where(mask, -w * adv * lp2, torch.zeros_like(lp2)).sum().backward()
     torch.testing.assert_close(lp.grad, lp2.grad, rtol=1e-12, atol=1e-12)
-    assert m["minirl/clip_frac"].item() == 0.0
+    assert m["policy/clip_frac"].item() == 0.0
 
 
 def test_gradient_regions_hand_worked():
@@ -64,7 +72,7 @@ def test_gradient_regions_hand_worked():
                           eps_low=0.2, eps_high=0.2, engine_cap=2.0)
     loss.sum().backward()
     torch.testing.assert_close(lp.grad, torch.tensor([[0.0, 3.0, 0.0, -1.0]], dtype=F64))
-    assert m["minirl/clip_frac"].item() == 0.5 and m["minirl/frac_engine_capped"].item() == 1.0
+    assert m["policy/clip_frac"].item() == 0.5 and m["correction/minirl/frac_engine_capped"].item() == 1.0
 
 
 def test_routing_checks():

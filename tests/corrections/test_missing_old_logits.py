@@ -3,8 +3,10 @@ import math
 import pytest
 import torch
 
-from policylab.corrections import VersionedLogprobs, decompose, decoupled_loss, require_exact_old
+from policylab.corrections import VersionedLogprobs, decompose, require_exact_old
 from policylab.errors import MissingQuantityError
+
+from method_loss import method_loss
 
 F64 = torch.float64
 
@@ -16,10 +18,24 @@ def vl(t, version=3, engine="hf", kind="exact"):
 def rand_roles(seed, B=3, T=5):
     torch.manual_seed(seed)
     lp_old = -torch.rand(B, T, dtype=F64) * 2
-    lp_mu = lp_old + 0.1 * torch.randn(B, T, dtype=F64)
+    lp_mu = (lp_old + 0.1 * torch.randn(B, T, dtype=F64)).clamp(max=-1e-3)
     lp = lp_old + 0.1 * torch.randn(B, T, dtype=F64)
     mask = torch.rand(B, T) > 0.2
     return lp, lp_old, lp_mu, mask
+
+
+_ENGINE_PARAMS = {"tis": {"cap": "tis_cap"}, "icepop": {"low": "icepop_low", "high": "icepop_high"},
+                  "kpop": {"delta": "kpop_delta", "in_region_weight": "kpop_weight"}}
+
+
+def decoupled_loss(lp, old, behavior, adv, mask, *, correction, correction_kwargs, eps_low, eps_high):
+    """The registered `missing_old_logits` composition (PPO clip on s x the engine
+    correction on d), after the exact-old check its round stage makes."""
+    require_exact_old(old, behavior)
+    names = _ENGINE_PARAMS.get(correction, {})
+    params = {"engine_correction": correction, "eps_low": eps_low, "eps_high": eps_high,
+              **{names.get(k, k): v for k, v in correction_kwargs.items()}}
+    return method_loss("missing_old_logits", params, lp, adv, mask, logp_old=old.tensor, logp_behavior=behavior.tensor)
 
 
 def naive_decoupled_tis(lp, lp_old, lp_mu, adv, mask, cap, eps_low, eps_high):
@@ -84,11 +100,9 @@ def test_decoupled_matches_naive_loop():
     lp, lp_old, lp_mu, mask = rand_roles(13)
     adv = torch.randn(3, dtype=F64)
     loss, m = decoupled_loss(lp, vl(lp_old), vl(lp_mu), adv, mask, correction="tis",
-                             correction_kwargs={"cap": 1.05}, eps_low=0.05, eps_high=0.08,
-                             current_version=5)
+                             correction_kwargs={"cap": 1.05}, eps_low=0.05, eps_high=0.08)
     torch.testing.assert_close(loss, naive_decoupled_tis(lp, lp_old, lp_mu, adv, mask, 1.05, 0.05, 0.08))
-    assert m["missing_old_logits/versions_behind"].item() == 2.0
-    assert "tis/frac_capped" in m
+    assert "correction/tis/frac_capped" in m
 
 
 def test_gradient_uses_old_not_live_logp_and_thresholds_are_separate():
@@ -115,4 +129,12 @@ def test_gradient_uses_old_not_live_logp_and_thresholds_are_separate():
     loss_k, m = decoupled_loss(lp, vl(lp_old), vl(lp_mu), adv, mask, correction="kpop",
                                correction_kwargs={"delta": 0.01, "in_region_weight": "one"},
                                eps_low=0.2, eps_high=0.2)
-    assert "kpop/frac_masked" in m and torch.isfinite(loss_k).all()
+    assert "correction/kpop/frac_masked" in m and torch.isfinite(loss_k).all()
+
+
+def test_logp_old_missing_is_refused_by_the_loss_itself():
+    # even without the provenance check, the engine correction reads the recomputed π_old
+    # and refuses a batch without one: it never substitutes logp or logp_behavior
+    lp, _, lp_mu, mask = rand_roles(14)
+    with pytest.raises(MissingQuantityError, match="logp_old"):
+        method_loss("missing_old_logits", {}, lp, torch.ones(3, dtype=F64), mask, logp_behavior=lp_mu)

@@ -3,8 +3,15 @@ import math
 import pytest
 import torch
 
-from policylab.corrections import BatchLedger, icepop, online_icepop
+from policylab.corrections import BatchLedger, icepop
 from policylab.errors import BatchReuseError, MissingQuantityError
+
+from method_loss import method_loss
+
+
+def online_icepop(logp, lp_mu, adv, mask, *, low, high):
+    """The registered `online_icepop` composition: −A·𝟙 (unit carrier) x IcePop's band on sg(lp)/μ."""
+    return method_loss("online_icepop", {"icepop_low": low, "icepop_high": high}, logp, adv, mask, logp_behavior=lp_mu)
 
 F64 = torch.float64
 
@@ -71,7 +78,7 @@ def test_hand_worked_and_gradient_equals_icepop_at_rho_one():
     lp2 = logp.detach().clone().requires_grad_(True)
     (w * -(torch.exp(lp2 - lp2.detach())) * 1.5).sum().backward()
     torch.testing.assert_close(lp2.grad, logp.grad)
-    torch.testing.assert_close(m["online_icepop/frac_masked"], torch.tensor(0.5, dtype=F64))
+    torch.testing.assert_close(m["correction/online_icepop/frac_masked"], torch.tensor(0.5, dtype=F64))
 
 
 def test_matches_naive_loop_and_zero_at_padding():
@@ -91,4 +98,4 @@ def test_refusals():
     with pytest.raises(MissingQuantityError, match="logp_behavior"):
         online_icepop(torch.zeros(1, 1), None, torch.ones(1), m, low=0.5, high=2)
     with pytest.raises(ValueError, match="low"):
-        online_icepop(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), m, low=2, high=2)
+        online_icepop(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), m, low=2.0, high=2.0)

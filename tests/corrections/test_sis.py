@@ -3,7 +3,10 @@ import math
 import pytest
 import torch
 
-from policylab.corrections import sis, sis_weights
+from policylab.corrections import sis
+from policylab.errors import PolicylabError
+
+from method_loss import method_loss
 from policylab.errors import MissingQuantityError, ShapeError
 
 F64 = torch.float64
@@ -99,19 +102,24 @@ def test_same_seed_same_mask():
     assert torch.equal(a1, a2) and not torch.equal(a1, a3)
 
 
-def host_ppo(ratio, adv, eps=0.2):
-    return -torch.minimum(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+def sis_host_loss(logp, logp_old, accepted, adv=1.0, eps=0.2):
+    """The registered `sis` composition: PPO clip whose ratio denominator is sg(logp) on
+    accepted tokens and logp_old elsewhere."""
+    return method_loss("sis", {"eps_low": eps, "eps_high": eps}, logp, torch.full((logp.shape[0],), adv, dtype=F64),
+                       torch.ones(logp.shape, dtype=torch.bool), logp_old=logp_old,
+                       extras={"sis_accepted": accepted})[0]
 
 
 def test_accepted_token_always_has_gradient_rejected_keeps_host_ratio():
-    # rho = 1.5, A = +1, eps 0.2: a rejected token is clipped in the flat region -> grad 0;
-    # the accepted one uses the unit carrier (value 1, inside the clip) -> grad -A = -1.
+    # rho = 1.5, A = +1, eps 0.2: a rejected token is clipped in the flat region -> grad 0
+    # and loss -min(1.5, 1.2) = -1.2; the accepted one has ratio value 1 (inside the clip):
+    # loss -1, grad -A = -1.
     logp_old = torch.log(torch.tensor([[0.2, 0.2]], dtype=F64))
     logp = (logp_old + math.log(1.5)).requires_grad_(True)
     accepted = torch.tensor([[True, False]])
-    ratio = sis_weights(logp, torch.exp(logp - logp_old), accepted)
-    torch.testing.assert_close(ratio.detach(), torch.tensor([[1.0, 1.5]], dtype=F64))
-    host_ppo(ratio, torch.tensor(1.0, dtype=F64)).sum().backward()
+    loss = sis_host_loss(logp, logp_old, accepted)
+    torch.testing.assert_close(loss.detach(), torch.tensor([[-1.0, -1.2]], dtype=F64))
+    loss.sum().backward()
     torch.testing.assert_close(logp.grad, torch.tensor([[-1.0, 0.0]], dtype=F64))
 
 
@@ -122,12 +130,12 @@ def test_accepting_one_position_changes_no_other():
     a1 = torch.zeros(2, 5, dtype=torch.bool)
     a2 = a1.clone()
     a2[1, 3] = True
-    w1 = sis_weights(logp, torch.exp(logp - logp_old), a1)
-    w2 = sis_weights(logp, torch.exp(logp - logp_old), a2)
+    w1 = sis_host_loss(logp, logp_old, a1)
+    w2 = sis_host_loss(logp, logp_old, a2)
     other = torch.ones(2, 5, dtype=torch.bool)
     other[1, 3] = False
     assert torch.equal(w1[other], w2[other])
-    # rejected tokens are not dropped: they keep their nonzero host ratio
+    # rejected tokens are not dropped: they keep their nonzero host loss
     assert bool((w1 != 0).all())
 
 
@@ -141,5 +149,5 @@ def test_refusals():
         sis(**{**c, "logp_behavior_token": None}, generator=gen(0))
     with pytest.raises(TypeError, match="Generator"):
         sis(**c, generator=0)
-    with pytest.raises(ShapeError, match="bool"):
-        sis_weights(c["logp"], c["logp"], torch.ones(1, 3))
+    with pytest.raises(PolicylabError, match="sis_accepted"):  # the host loss needs the round's acceptance
+        method_loss("sis", {}, c["logp"], torch.ones(1, dtype=F64), c["mask"], logp_old=c["logp"])
