@@ -197,6 +197,24 @@ class Trainer:
         lp = batch.logp_old if same else self.worker.role_logprobs("logp_current", batch)
         return batch.replace(logp_current=lp)
 
+    def round_inputs(self, batch: RolloutBatch):
+        """What an update round trains on, from a batch whose sampling-time roles are in:
+        the learner at the round's start (when the method reads it), the round stages'
+        fields, the advantages. Returns (batch, Advantages, metrics)."""
+        method = self.method
+        batch = self.current_logprobs(batch)
+        ctx = self.context(batch.batch_id)
+        metrics: dict = {}
+        for stage in method.active("round"):
+            changes, sinfo = stage.fn(batch, ctx.for_stage(method, stage))
+            batch = apply_changes(batch, changes, stage)
+            metrics.update(sinfo)
+        A = method.advantage.fn(batch, ctx.for_stage(method, method.advantage))
+        metrics.update({f"adv/{k}": float(v) for k, v in A.info.items()
+                        if isinstance(v, (int, float)) or torch.is_tensor(v) and v.dim() == 0})
+        metrics.update(self._role_diagnostics(batch))
+        return batch, A, metrics
+
     # -------------------------------------------------------------------- step
     def train_step(self) -> dict:
         cfg, method, t0 = self.cfg, self.method, time.perf_counter()
@@ -218,17 +236,10 @@ class Trainer:
             if batch is None:
                 self.step += 1
                 return metrics
-        batch = self.current_logprobs(batch)
-        ctx = self.context(batch.batch_id)
-        for stage in method.active("round"):
-            changes, sinfo = stage.fn(batch, ctx.for_stage(method, stage))
-            batch = apply_changes(batch, changes, stage)
-            metrics.update(sinfo)
-        A = method.advantage.fn(batch, ctx.for_stage(method, method.advantage))
+        batch, A, rinfo = self.round_inputs(batch)
         adv = A.adv.detach()
-        metrics.update({f"adv/{k}": float(v) for k, v in A.info.items()
-                        if isinstance(v, (int, float)) or torch.is_tensor(v) and v.dim() == 0})
-        metrics.update(self._role_diagnostics(batch))
+        metrics.update(rinfo)
+        ctx = self.context(batch.batch_id)
         pretraining = self._pretraining()
         metrics["value/pretraining"] = float(pretraining)
         step_metrics = []
