@@ -17,7 +17,7 @@ from policylab import models
 
 @pytest.fixture(scope="session", autouse=True)
 def policylab_cache(tmp_path_factory):
-    """The cache root this session uses (see the module docstring)."""
+    """The cache root the test session uses (see the module docstring)."""
     patch = pytest.MonkeyPatch()
     if models.cached_tokenizer_dir() is None:
         patch.setenv("POLICYLAB_CACHE", str(tmp_path_factory.mktemp("policylab-cache")))

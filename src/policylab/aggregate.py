@@ -36,7 +36,7 @@ Sequences with no valid token contribute 0 to every numerator and are not counte
 (padding never enters normalizers). A mask with no valid token at all has no defined mean:
 with `normalizer=None` it raises; with a positive shared normalizer it contributes exactly 0.
 
-`seq_mean` of METHODS.md (1/B Σ_i ℓ_i for sequence-level losses) is obtained by writing the
+`seq_mean` (1/B Σ_i ℓ_i for sequence-level losses) is obtained by writing the
 sequence loss ℓ_i on every valid token of sequence i and using `seq_mean_token_mean` (the
 contract of `objectives.gspo`).
 """

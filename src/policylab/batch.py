@@ -9,7 +9,7 @@ Layout (B sequences, L = P + T positions):
     response positions are tokens[:, P:], P = `prompt_width`
 
 Every `[B, T]` tensor is aligned with the response columns: entry (i, t) is about the
-token tokens[i, P + t]. Log-probs are stored by role (see DESIGN.md):
+token tokens[i, P + t]. Log-probs are stored by role (docs/conventions.md rule 1):
 
     logp_behavior   the distribution that actually emitted the token (rollout engine)
     logp_old        the training-side policy at the sampling weights

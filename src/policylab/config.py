@@ -99,7 +99,7 @@ class RunConfig:
     seed: int = 0
     threads: int = 0  # torch intra-op threads (0 = leave torch's default)
     keep_freed_memory: bool = True  # glibc: reuse freed blocks instead of faulting in fresh pages (policylab.runtime)
-    method_params: dict[str, Any] = field(default_factory=dict)  # override a recipe's stage parameters
+    method_params: dict[str, Any] = field(default_factory=dict)  # the method's typed parameters (`policylab methods NAME` lists them)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -25,7 +25,7 @@ def dynamic_sampling_keep(
     function takes only the outcome, so it cannot be given the shaped reward by accident
     unless the caller passes it. A group of size 1 is always constant, hence dropped.
     Dropped groups must be replaced by sampling more prompts, never padded with
-    zero-advantage data (METHODS.md rule 6); refilling is the trainer's job.
+    zero-advantage data (conventions rule 6); refilling is the trainer's job.
 
     Args:
         outcome: `[B]` raw outcome per sequence (bool or real; must be finite).

@@ -32,9 +32,9 @@ minibatches (samples from π_old ≠ π_θ) all these expectations are under π_
 
 `exact` computes the full-vocabulary KL per position from logits (no sampling noise).
 
-Placement (METHODS.md §3.2): KL enters either the reward (detached, computed from the
+Placement (conventions rule 2): KL enters either the reward (detached, computed from the
 sampler's `logp_old`: `reward_penalty`) or the loss (differentiable through `logp`:
-k1/k2/k3/exact), never both; `check_placement` enforces this for a recipe.
+k1/k2/k3/exact), never both; `check_placement` enforces this.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def exact(
 
 
 class Placement(str, enum.Enum):
-    """Where a recipe's KL(π_θ‖π_ref) term goes."""
+    """Where a method's KL(π_θ‖π_ref) term goes."""
 
     NONE = "none"      # no KL term
     REWARD = "reward"  # detached per-token penalty on the sampler's logp_old (reward_penalty)
@@ -198,17 +198,17 @@ class Placement(str, enum.Enum):
 
 
 def check_placement(in_reward: bool, in_loss: bool) -> Placement:
-    """The placement a recipe asks for; raises ValueError if it asks for both.
+    """The placement asked for; raises ValueError if it asks for both.
 
     KL in the reward and KL in the loss are two different regularizers of the same
-    divergence (different gradients, METHODS.md §3.2); a recipe that enables both counts
+    divergence (different gradients, conventions rule 2); a method that enabled both would count
     the penalty twice. Choose one.
     """
     if not isinstance(in_reward, bool) or not isinstance(in_loss, bool):
         raise ValueError(f"`in_reward` and `in_loss` must be bool, got {in_reward!r}, {in_loss!r}")
     if in_reward and in_loss:
         raise ValueError(
-            "KL placement: the recipe puts KL both in the reward (detached, on logp_old) and in "
+            "KL placement: KL both in the reward (detached, on logp_old) and in "
             "the loss (differentiable, on logp); choose exactly one"
         )
     if in_reward:

@@ -30,7 +30,7 @@ def pass_at_k(n, c, k: int) -> torch.Tensor:
     1 − exp(Σ_j log1p(−c/(n−j))) via expm1, so small pass@k values keep their relative
     precision; memory is [tasks, k]. When n − c < k some factor is ≤ 0 (every k-subset
     holds a correct sample): it is clamped to 0, log 0 = −inf, and the value is exactly 1.
-    n ≥ k keeps every n − j ≥ 1. Used by `sharpening_tax` (METHODS.md 2.8).
+    n ≥ k keeps every n − j ≥ 1. Used by fixed-budget coverage metrics (sharpening tax).
 
     Args:
         n: samples per task (int or integer tensor `[N]`), n >= k.

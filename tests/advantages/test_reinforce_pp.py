@@ -135,7 +135,7 @@ def test_baseline_hand_case_population_convention():
     # centring: [1,0] → [0.5, −0.5]; [0.6,0.4] → [0.1, −0.1]
     # batch second moment = (0.25 + 0.25 + 0.01 + 0.01)/4 = 0.13, scale √0.13 = 0.36056
     # → [0.5, −0.5, 0.1, −0.1]/0.36056 = [1.387, −1.387, 0.277, −0.277]  (5:1 kept)
-    # (unbiased: √(0.52/3) = 0.41633 → ±1.201 / ±0.240, which does not match METHODS.md)
+    # (unbiased: √(0.52/3) = 0.41633 → ±1.201 / ±0.240, which does not match the hand-worked case)
     r, g = baseline_inputs()
     a = reinforce_pp_baseline(r, g, scale="batch_std", eps=0.0)
     assert_close(a, torch.tensor([1.387, 0.277, -1.387, -0.277], dtype=F64), rtol=0, atol=5e-4)

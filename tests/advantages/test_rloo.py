@@ -56,7 +56,7 @@ def test_all_equal_group_is_exactly_zero():
 def test_singleton_group_raises_naming_it():
     with pytest.raises(GroupError, match=r"rloo: group id\(s\) \[-5, 77\] have a single sample"):
         rloo(torch.tensor([1.0, 0.0, 1.0, 0.5]), torch.tensor([77, 3, 3, -5]))
-    with pytest.raises(ValueError):  # a GroupError is a ValueError, as DESIGN.md promises
+    with pytest.raises(ValueError):  # a GroupError is a ValueError, as the public API promises
         rloo(torch.tensor([1.0]), torch.tensor([0]))
 
 

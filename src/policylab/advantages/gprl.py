@@ -41,11 +41,10 @@ def gprl(
         A_i^(d) = (r_i^(d) − mean_g r^(d)) / (std_g r^(d) + eps)     for each d separately
         A_i     = Σ_d w_d(x) · A_i^(d)
 
-    Paper: METHODS.md lists the title as **unconfirmed**; a search finds "General
-    Preference Reinforcement Learning" (arXiv:2605.18721), whose abstract describes
-    per-dimension group-relative advantages, each normalized on its own scale, combined
-    with context-dependent weights. The formula here is METHODS.md's; the weights w(x)
-    are an input (how the paper derives them is out of scope).
+    Paper: title **unconfirmed**; "General Preference Reinforcement Learning"
+    (arXiv:2605.18721) describes per-dimension group-relative advantages, each normalized
+    on its own scale, combined with context-dependent weights, which is the formula here;
+    the weights w(x) are an input (how the paper derives them is out of scope).
 
     Args:
         rewards: `[B, D]` floating, finite.

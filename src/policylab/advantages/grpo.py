@@ -35,9 +35,9 @@ def grpo(
         on_singleton: what a group with a single sample gets.
             "zero" (default): A = 0 — the sample has no peer to be compared with; it
             shows up in `group_stats(...)["n_singleton_groups"]` so the trainer can flag
-            it. "raise": GroupError naming the group ids, whatever `std` is. METHODS.md
-            says the unbiased convention should raise at G = 1 (its std is 0/0); the
-            default follows the issue's "zero advantage + flag" instead — pass
+            it. "raise": GroupError naming the group ids, whatever `std` is. The
+            unbiased convention is undefined at G = 1 (its std is 0/0); the default
+            gives zero advantage and flags the group instead (library decision) — pass
             on_singleton="raise" for the strict behaviour.
 
     Groups whose rewards are all exactly equal get A = 0 exactly (no NaN, no 0/eps

@@ -180,7 +180,7 @@ def reinforce_pp_baseline(
                                 s = EmaScale.scale           scale = "ema"
 
     The batch mean of c is 0 (each group sums to 0), so √(mean c²) is the population std
-    of the centred values; this is the convention that reproduces METHODS.md's case:
+    of the centred values; this is the convention of the hand-worked case:
     groups [1, 0] and [0.6, 0.4] → c = [0.5, −0.5, 0.1, −0.1], s = √0.13 = 0.3606 →
     [1.387, −1.387, 0.277, −0.277] (unbiased std √(0.52/3) would give ±1.201, ±0.240).
     The 5:1 gap between groups is kept, where group-local std would give ±1 to both.

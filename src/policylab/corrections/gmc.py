@@ -3,7 +3,7 @@
 For each same-prompt group g with trajectory weights w_i >= 0:
 
     S_g = Σ_{i in g} w_i
-    κ_g = 1 if S_g <= C else C / S_g          (rescale only when S > C, METHODS.md §3.10)
+    κ_g = 1 if S_g <= C else C / S_g          (rescale only when S > C, conventions rule 10)
     w̃_i = sg(κ_g · w_i)                       one multiplier per group
 
 Ratios inside a group are kept ([4, 2, 1, 1], C = 4 -> [2, 1, 0.5, 0.5]; per-trajectory
@@ -14,7 +14,7 @@ The weights are declared by the caller (e.g. exp(Σ_t m·(lp - lp_mu)) from
 `seq_ratio_product`, or a geometric variant); GMC does not choose them.
 
 Paper: "Asynchronous LLM Post-Training: Group-Mass Capping and Convergence Analysis" —
-title from METHODS.md, **not confirmed** by the search tool (no copy found); no arXiv id.
+title **unconfirmed** (no copy of the paper was checked); no arXiv id.
 Unconfirmed: the relation of C to the group size G, so `cap` is required.
 Detached: the output. Negative or NaN/inf weights raise.
 """

@@ -6,15 +6,15 @@
     loss_t = sg(M(k_t)) · loss^base_t                  loss^base = PPO clip on ρ = π_θ/π_old
 
 Paper: Ling Team, "Every Step Evolves: Scaling Reinforcement Learning for Trillion-Scale
-Thinking Model" (Ring-1T report), arXiv:2510.18855. Confirmed with the search tool: the
+Thinking Model" (Ring-1T report), arXiv:2510.18855. Confirmed against the report: the
 title and id, and the objective M(π_train(θ_old)/π_infer(θ_old)) · min(r A, clip(r) A)
 with M(k) = k on [α, β] and 0 outside (an in-band token keeps the value k, not 1).
 Unconfirmed: the defaults α = 0.5, β = 5 (so `low`/`high` are required), whether the
-bounds are inclusive (policylab: inclusive, METHODS.md §3.10), and the pairing with the
+bounds are inclusive (policylab: inclusive, conventions rule 10), and the pairing with the
 earlier IcePop technical note.
 
 Normalizer (**unconfirmed**, library default): a token zeroed by M is a weight of 0, not a
-removed token; it stays in the aggregation normalizer (METHODS.md §3.4). The alternative
+removed token; it stays in the aggregation normalizer (conventions rule 4). The alternative
 (drop it from the normalizer) is available through `icepop_normalizer_mask(...,
 masked_in_normalizer=False)`, which the trainer must then use for every reduction.
 

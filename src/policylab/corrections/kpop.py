@@ -17,10 +17,10 @@ D_f = 0.335 and is masked.
 
 Paper: J. Guo, Y. Sun et al. (Ant Group / NUS), "Taming Training–Inference Mismatch in
 Reinforcement Learning with Adaptive Masking Regions" (technical blog,
-ringtech.notion.site/kpop; no arXiv id found). Confirmed with the search tool: title,
+ringtech.notion.site/kpop; no arXiv id found). Confirmed against the blog: title,
 authors, that it is the successor of IcePop replacing the fixed ratio band. Unconfirmed:
 δ's default, the in-region weight (k as in IcePop, or 1), the clamp value, and the venue;
-all are explicit arguments. The clamp `eps` is recorded in the metrics (METHODS.md §3.13).
+all are explicit arguments. The clamp `eps` is recorded in the metrics (conventions rule 13).
 
 Detached: the weight. Positions where `mask` is False get weight 0. D is floored at 0 to
 remove round-off below zero (a binary KL is >= 0 exactly).

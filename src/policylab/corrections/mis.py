@@ -18,8 +18,7 @@ reported (`clamped`); the MIS decisions below are made on the unclamped log valu
 Used as sequence weights: loss_{i,t} = sg(w_i) · loss^base_{i,t} (w[:, None] broadcasts).
 
 Paper: the sequence-level masked IS of J. Liu, Y. Li et al., "When Speed Kills Stability:
-Demystifying RL Collapse from the Training-Inference Mismatch" (blog, 2025; title found
-with the search tool, no arXiv id), where token-level masking is attributed to IcePop
+Demystifying RL Collapse from the Training-Inference Mismatch" (blog, 2025; no arXiv id), where token-level masking is attributed to IcePop
 (arXiv:2510.18855). Unconfirmed: the exact published band, whether their geometric
 variant masks or rejects, and the name "MIS"; `low`, `high`, `kind` are required.
 Library decisions: a sequence with no counted token has log R = 0 (R = 1) and weight 1

@@ -13,8 +13,7 @@ that quotient, never more than 1. With π = μ every quotient is 1, M = 1 and ev
 accepted. π(y) = 0.3, μ(y) = 0.5, M = 1.5 gives 0.6 / 1.5 = 0.4.
 
 Paper: "Turning Off-Policy Tokens On-Policy: A Plug-in Approach for Improving LLM
-Alignment" — title from METHODS.md, **not confirmed** by the search tool (no copy found);
-no arXiv id. Library decisions: (1) the sampled token is added to the set the envelope is
+Alignment" — title **unconfirmed** (no copy of the paper was checked); no arXiv id. Library decisions: (1) the sampled token is added to the set the envelope is
 taken over when it lies outside the behavior top-K; (2) M_t is floored at 1, because the
 exact envelope sup_v π(v)/μ(v) is >= 1 for any two distributions, so the floor only
 moves the top-K estimate towards the true value; (3) one uniform is drawn for every [B, T]

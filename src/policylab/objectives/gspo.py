@@ -22,8 +22,8 @@ advantages A_it `[B, T]`, ℓ_it = −min(s_it A_it, clip(s_it) A_it). With A_it
 matrix and its `seq_mean_token_mean` gradient equal `gspo`'s.
 
 Clip range: the paper sets the left/right clipping ranges of Eq. (5) to 3e-4 and 4e-4
-(confirmed through a secondary source quoting the paper; METHODS.md lists it as
-unconfirmed). The token-level 0.2-scale ranges are meaningless here: `eps_low` and
+(confirmed through a description quoting the paper; the values are still passed
+explicitly). The token-level 0.2-scale ranges are meaningless here: `eps_low` and
 `eps_high` are required, with no default.
 
 Detached: `logp_old`, `adv` (and sg(s_i) in gspo_token). Deviations: the log-ratio guard

@@ -17,8 +17,7 @@ Unclipped gradient: ∂ℓ_i/∂lp_{i,t} = −s_i·A_i for every token, whatever
 s < 1 − eps_low) gets zero gradient on all its tokens, as in GSPO.
 
 Paper: "Length-Unbiased Sequence Policy Optimization: Revealing and Controlling Response
-Length Variation in RLVR" — title from METHODS.md, not checked with the search tool; no
-arXiv id. Unconfirmed: the outer normalizer (see above) and clip ranges (required).
+Length Variation in RLVR" — title **unconfirmed**; no arXiv id. Unconfirmed: the outer normalizer (see above) and clip ranges (required).
 Detached: the advantages, the clip bounds. adv is per sequence [B] only.
 Deviation: the shared log-ratio guard (`log_ratio_clamp`, default 20) on the sequence mean
 log-ratio before the exp, as in `gspo`; a sequence with no counted token gets s = 1 and

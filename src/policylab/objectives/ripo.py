@@ -16,7 +16,7 @@ Rare tokens get wide bounds, confident tokens narrow ones (δ = 0.2: p_old 0.5 -
 Paper: title and arXiv id **unconfirmed** ("RIPO"); this is a construction consistent
 with the described geometry, not a verified copy of the published formula.
 Detached: the bounds (computed from lp_old only, once per round; they never change when
-the learner moves, METHODS.md §3.11), the advantages. Loss is 0 where `mask` is False.
+the learner moves, conventions rule 11), the advantages. Loss is 0 where `mask` is False.
 An underflowed p_old = 0 gets the bounds [0, inf] (any ratio is inside the ball's limit).
 Deviation: the shared log-ratio guard of `objectives._metrics` (`log_ratio_clamp`, default
 20) before the exp, as in ppo_clip; metrics use the shared key scheme (`METRIC_KEYS`).

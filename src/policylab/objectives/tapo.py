@@ -12,8 +12,7 @@ u = [0.2, −0.1, 0.4] gives G = [e^0.2, e^0.05, e^(0.5/3)] = [1.2214, 1.0513, 1
 ∂loss_t/∂lp_t = −G_t·A_t (not −G_t·A_t/n_t).
 
 Paper: "Trajectory-Aware Policy Optimization: Closing the State Distribution Gap in
-Long-Horizon LLM RL" — title from METHODS.md, not checked with the search tool; no arXiv
-id. **Unconfirmed**: whether position t itself is in its prefix (`include_current`,
+Long-Horizon LLM RL" — title **unconfirmed**; no arXiv id. **Unconfirmed**: whether position t itself is in its prefix (`include_current`,
 default True; with False, G_t uses j < t and G = 1 before the first counted token), and
 the ε(t) schedule (`eps_schedule`, required: a function from the position tensor [B, T]
 to ε [B, T] (or broadcastable), ε >= 0; it should tighten with t).

@@ -2,6 +2,7 @@
 the combination of several reward functions into one scalar per sample."""
 
 from .combine import RewardFn, RewardFnError, combine_rewards
+from .graded import numeric_interval, reward_vectors
 from .shaping import overlong_penalty
 from .ttrl import majority_vote, pseudo_label_agreement, ttrl_rewards
 from .verifiers import exact_numeric_reward, extract_last_number, math_verify_reward, numeric_match
@@ -10,6 +11,8 @@ __all__ = [
     "RewardFn",
     "RewardFnError",
     "combine_rewards",
+    "numeric_interval",
+    "reward_vectors",
     "overlong_penalty",
     "majority_vote",
     "ttrl_rewards",

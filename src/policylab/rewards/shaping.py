@@ -23,7 +23,7 @@ def overlong_penalty(lengths: torch.Tensor, *, max_len: int, cache_len: int) -> 
     Paper: "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arXiv
     2503.14476, section "Soft Overlong Punishment" (paper defaults L_max = 20480,
     L_cache = 4096). The value is added to the correctness reward by the caller. The
-    first knot is inclusive (|y| = L_max - L_cache gives exactly 0, METHODS.md rule 10);
+    first knot is inclusive (|y| = L_max - L_cache gives exactly 0, conventions rule 10);
     the ramp reaches -1 at |y| = L_max, so the function is continuous at both knots.
     No deviation from the paper. Nothing here is differentiable (lengths are counts).
 

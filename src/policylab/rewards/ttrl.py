@@ -4,7 +4,7 @@ Paper: "TTRL: Test-Time Reinforcement Learning", arXiv 2504.16084. For each prom
 sampled answers vote; the most frequent extracted answer â is the pseudo-label and each
 sample gets r_i = 1[ans_i ≡ â]; the rewards then feed `grpo` advantages.
 
-Library decisions (METHODS.md `ttrl`, rule 10), not from the paper:
+Library decisions (conventions rule 10), not from the paper:
 - Unparseable outputs (extractor returns None) form a `none` bucket that is counted in
   the group size but can never be the label: a group where "no answer" is most common
   still takes its label from the parseable answers.

@@ -3,8 +3,8 @@
 Two verifiers:
 
 - `exact_numeric_reward`: the LAST number written in the reply must equal the gold answer
-  numerically. This is the rule BENCHMARKS.md measured the base model with ("the last
-  number in the reply must equal the answer"). Pure Python, no dependency.
+  numerically. This is the rule the base model's reference accuracies were measured
+  with ("the last number in the reply must equal the answer"). Pure Python, no dependency.
 - `math_verify_reward`: symbolic equivalence through the optional `math-verify` package
   (`pip install 'policylab[math]'`), for LaTeX / expression answers.
 

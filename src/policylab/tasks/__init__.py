@@ -1,4 +1,4 @@
-"""Built-in tasks and dataset loaders, looked up by name with `get_task`.
+"""Built-in tasks and dataset loaders, found by name with `get_task`.
 
     get_task("arithmetic", ops=("+", "*"), digits=1, seed=0) -> ArithmeticTask
     get_task("jsonl", path="data.jsonl")                     -> list[Example]

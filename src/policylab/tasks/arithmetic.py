@@ -1,6 +1,6 @@
 """Procedural arithmetic: "What is 3 × 4? Reply with only the number."
 
-The prompt wording is the one BENCHMARKS.md measured the base model with. Multiplication
+The prompt wording is the one the base model's reference accuracies were measured with. Multiplication
 is written "×" by default (`times_symbol="*"` writes "*"); "+" and "-" as themselves.
 Ops are named "+", "-", "*" ("×" is accepted as an alias of "*").
 

@@ -133,3 +133,35 @@ GRPO_PROCESS = Stage("advantage", grpo_process, kernels=(A.grpo_process,), param
                      reads=("extras.step_rewards", "group"))
 GIBBS = Stage("advantage", gibbs, kernels=(O.gibbs_coefficients,), params=("beta", "coef_clip"),
               reads=("logp_current", "logp_ref", "rewards", "group"))
+
+
+def range_grpo(batch: RolloutBatch, ctx: StageContext) -> Advantages:
+    """Advantages from the determinate pairwise relations of the judge's intervals."""
+    batch.require("range_grpo", "reward_intervals")
+    return Advantages(A.range_grpo(batch.reward_intervals.to(torch.float64), batch.group).float())
+
+
+def dimension_weights(spec: str, n: int) -> torch.Tensor:
+    """[D] weights from "1,0.5,...", one per reward dimension."""
+    try:
+        w = [float(x) for x in spec.split(",")]
+    except ValueError:
+        raise PolicylabError(f"dimension_weights {spec!r}: use comma-separated numbers") from None
+    if len(w) != n:
+        raise PolicylabError(f"dimension_weights {spec!r} has {len(w)} weights for {n} reward dimensions")
+    return torch.tensor(w)
+
+
+def gprl(batch: RolloutBatch, ctx: StageContext) -> Advantages:
+    """Each reward dimension standardized within its group, then weighted and summed."""
+    batch.require("gprl", "reward_vectors")
+    r = batch.reward_vectors
+    w = dimension_weights(ctx.p.dimension_weights, r.shape[1]).to(r.dtype)
+    a = A.gprl(r, batch.group, w, std=ctx.p.std, eps=ctx.p.eps)
+    return Advantages(a, info={f"gprl/{k}": v for k, v in A.gprl_stats(r, batch.group, w, std=ctx.p.std,
+                                                                     eps=ctx.p.eps).items()})
+
+
+RANGE_GRPO = Stage("advantage", range_grpo, kernels=(A.range_grpo,), reads=("reward_intervals", "group"))
+GPRL = Stage("advantage", gprl, kernels=(A.gprl,), params=("dimension_weights", "std", "eps"),
+             reads=("reward_vectors", "group"))

@@ -88,3 +88,30 @@ OVERLONG = Stage("reward", overlong, kernels=(rw.overlong_penalty,), params=("ov
                  reads=("rewards",), writes=("rewards",))
 GREEDY_BASELINE = Stage("reward", greedy_baseline, writes=("greedy_rewards",))
 LINE_STEPS = Stage("reward", line_steps, writes=("extras.step_rewards", "extras.step_ends", "extras.step_mask"))
+
+
+def interval_judge(s: Sampled, ctx: StageContext):
+    """A judge's [low, high] reward interval per reply (`rewards.graded`), for
+    estimators that read intervals (Range-GRPO)."""
+    from ...rewards.graded import INTERVAL_JUDGES
+
+    iv = INTERVAL_JUDGES[ctx.p.interval_judge](s.texts, [e.answer for e in s.examples])
+    info = {"reward/interval_low_mean": float(iv[:, 0].mean()),
+            "reward/interval_width_mean": float((iv[:, 1] - iv[:, 0]).mean())}
+    return {"reward_intervals": iv}, info
+
+
+def reward_dimensions(s: Sampled, ctx: StageContext):
+    """D rule-based reward dimensions per reply (`rewards.graded`), [B, D], for
+    estimators that normalize each dimension on its own (GPRL)."""
+    from ...rewards.graded import parse_dimensions, reward_vectors
+
+    names = parse_dimensions(ctx.p.dimensions)
+    v = reward_vectors(s.texts, [e.answer for e in s.examples], names)
+    return {"reward_vectors": v}, {f"reward/{n}": float(v[:, d].mean()) for d, n in enumerate(names)}
+
+
+INTERVAL_JUDGE = Stage("reward", interval_judge, kernels=(rw.numeric_interval,), params=("interval_judge",),
+                       writes=("reward_intervals",))
+REWARD_DIMENSIONS = Stage("reward", reward_dimensions, kernels=(rw.reward_vectors,), params=("dimensions",),
+                          writes=("reward_vectors",))
