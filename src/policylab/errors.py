@@ -60,3 +60,8 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
+
+
+class PolicylabWarning(UserWarning):
+    """Input policylab accepts but that is probably not what was meant (a duplicated id in
+    a task file, a cut last line in metrics.jsonl ...). The CLI prints it as one line."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import methods, runtime
+from . import memory, methods, runtime
 from .batch import RolloutBatch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import ConfigError, RunConfig
@@ -105,6 +105,7 @@ class Trainer:
         self.policy_version = 0
         self.prompt_counter = 0
         self.stale_queue: list[RolloutBatch] = []
+        self.run_state: dict = {}  # run-level bookkeeping carried in checkpoints (policylab.run: train_seconds)
         self.L_norm = self.recipe.params.get("L_norm") or cfg.rollout.max_new_tokens
 
     # ------------------------------------------------------------------ prompts
@@ -130,6 +131,7 @@ class Trainer:
         r = self.cfg.rollout
         examples = self.task.next_train(n_prompts)
         prompts = [self.encode(e.prompt) for e in examples]
+        memory.check_sampling(self, prompts)  # refuse a step whose estimated memory does not fit
         groups = list(range(self.prompt_counter, self.prompt_counter + n_prompts))
         self.prompt_counter += n_prompts
         batch = self.engine.generate(
@@ -351,6 +353,7 @@ class Trainer:
             "task": self.task.state_dict(),
             "controllers": {k: v.state_dict() for k, v in self.controllers.items() if hasattr(v, "state_dict")},
             "stale_queue": self.stale_queue,
+            "run": self.run_state,
         }
 
     def load_state(self, st: dict) -> None:
@@ -366,6 +369,7 @@ class Trainer:
         for k, v in st.get("controllers", {}).items():
             self.controllers[k].load_state_dict(v)
         self.stale_queue = st.get("stale_queue", [])
+        self.run_state = dict(st.get("run", {}))
 
     def models(self) -> dict:
         out = {"model": self.model}
