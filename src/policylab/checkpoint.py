@@ -100,15 +100,23 @@ def _not_writable(exc: BaseException) -> bool:
     return "Permission denied" in text or "Read-only file system" in text
 
 
-def check_finite_weights(models: dict[str, torch.nn.Module], what: str) -> None:
-    """Raise NonFiniteError naming the first parameter that holds NaN or +-inf."""
+def first_nonfinite_weight(models: dict[str, torch.nn.Module]) -> str | None:
+    """`key weight name` of the first tensor holding NaN or +-inf, or None."""
     for key, model in models.items():
         for name, t in model.state_dict().items():
             if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                raise NonFiniteError(
-                    f"refusing to write {what}: {key} weight `{name}` holds NaN or inf (the updates diverged; "
-                    "lower train.lr, keep train.grad_clip > 0 and train.skip_nonfinite on)"
-                )
+                return f"{key} weight `{name}`"
+    return None
+
+
+DIVERGED_ADVICE = "the updates diverged: lower train.lr, keep train.grad_clip > 0 and train.skip_nonfinite on"
+
+
+def check_finite_weights(models: dict[str, torch.nn.Module], what: str) -> None:
+    """Raise NonFiniteError naming the first parameter that holds NaN or +-inf."""
+    bad = first_nonfinite_weight(models)
+    if bad:
+        raise NonFiniteError(f"refusing to write {what}: {bad} holds NaN or inf ({DIVERGED_ADVICE})")
 
 
 def save_checkpoint(run_dir: Path, step: int, models: dict[str, torch.nn.Module], state: dict, keep: int = 2) -> Path:

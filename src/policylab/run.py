@@ -12,7 +12,7 @@ from .checkpoint import (
     verify_checkpoint,
 )
 from .config import ConfigError, RunConfig
-from .errors import CheckpointError, RunDirError, RunInterrupted
+from .errors import CheckpointError, NonFiniteError, RunDirError, RunInterrupted
 from .memory import check_eval
 from .runlog import RunLog, write_plots
 from .trainer import Trainer, load_run_config, save_config
@@ -85,7 +85,13 @@ def check_new_run_dir(cfg: RunConfig, *, overwrite: bool = False, config_path: s
         )
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"run_dir {run_dir} exists and is not a directory")
-    found = [n for n in RUN_FILES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
+    def holds(name: str) -> bool:
+        p = run_dir / name
+        if p.is_dir() and not p.is_symlink():  # an empty directory holds nothing to lose
+            return any(q.is_file() or q.is_symlink() for q in p.rglob("*"))
+        return p.exists() or p.is_symlink()
+
+    found = [n for n in RUN_FILES if holds(n)]
     if config_path is not None and (run_dir / "config.yaml").exists():
         if Path(config_path).resolve() == (run_dir / "config.yaml").resolve():
             raise RunDirError(
@@ -171,12 +177,10 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
             report["base"] = _eval(trainer, "base", console)
             log.event(event="eval", at_step=0, **{f"eval/{k}": v for k, v in report["base"].items()})
             _write_report(report_path, report)
-        t_start = time.perf_counter()
-        before = float(trainer.run_state.get("train_seconds", 0.0))
         _loop(trainer, log, console)
-        # every part of the run counts: the time up to the checkpoint resumed from + this part
-        report["train_seconds"] = before + time.perf_counter() - t_start
-        trainer.run_state["train_seconds"] = report["train_seconds"]
+        # every part of the run counts: the parts up to the checkpoint resumed from + this one
+        report["train_seconds"] = trainer.run_state["train_seconds"]
+        report["train_seconds_parts"] = trainer.run_state["train_seconds_parts"]
         trainer.save()
         if cfg.eval.after and cfg.eval.n > 0:
             report["trained"] = _eval(trainer, "trained", console)
@@ -305,13 +309,26 @@ def _loop(trainer: Trainer, log: RunLog, console) -> None:
         TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), console=console, disable=not cfg.log.progress,
     )
     t0, t_eval = time.perf_counter(), 0.0
-    # both clocks continue across resumes: the checkpoint carries them (trainer.run_state)
-    seconds0 = float(trainer.run_state.get("train_seconds", 0.0))
-    elapsed0 = float(trainer.run_state.get("elapsed_s", 0.0))
+    # both clocks continue across resumes: the checkpoint carries them (trainer.run_state);
+    # train_seconds_parts holds each part's loop time (the first run up to the checkpoint
+    # resumed from, then each resume), train_seconds their sum
+    rs = trainer.run_state
+    parts = [float(x) for x in rs.get("train_seconds_parts", [rs["train_seconds"]] if "train_seconds" in rs else [])]
+    elapsed0 = float(rs.get("elapsed_s", 0.0))
+
+    def account():
+        now = parts + [time.perf_counter() - t0]
+        rs.update(train_seconds=sum(now), train_seconds_parts=now)
+
+    account()
     with progress:
         task = progress.add_task("train", total=cfg.train.steps, completed=trainer.step, stats="")
         while trainer.step < cfg.train.steps:
-            m = trainer.train_step()
+            try:
+                m = trainer.train_step()
+            except NonFiniteError as exc:
+                _diverged(trainer, exc)
+                raise
             step = trainer.step
             m["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0 - t_eval  # training wall time (evaluations excluded)
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
@@ -325,11 +342,29 @@ def _loop(trainer: Trainer, log: RunLog, console) -> None:
                 f"len {m.get('response/length_mean', float('nan')):.1f}  {m.get('time/step_s', 0):.1f}s/step"
             )
             progress.update(task, completed=step, stats=stats)
-            trainer.run_state.update(train_seconds=seconds0 + time.perf_counter() - t0, elapsed_s=m["time/elapsed_s"])
+            account()
+            rs["elapsed_s"] = m["time/elapsed_s"]
             if cfg.log.checkpoint_every and step % cfg.log.checkpoint_every == 0 and step < cfg.train.steps:
                 trainer.save()
             if cfg.log.plot_every and step % cfg.log.plot_every == 0:
                 write_plots(trainer.run_dir)
+    account()
+
+
+def _diverged(trainer: Trainer, exc: Exception) -> None:
+    """A step failed on a non-finite value: if the weights themselves are no longer finite
+    (an update diverged), say that, rather than where the NaN surfaced."""
+    from .checkpoint import DIVERGED_ADVICE, _latest_name_or_none, first_nonfinite_weight
+
+    bad = first_nonfinite_weight(trainer.models())
+    if bad is None:
+        return
+    last = _latest_name_or_none(trainer.run_dir)
+    raise NonFiniteError(
+        f"the weights hold NaN or inf after step {trainer.step} ({bad}); {DIVERGED_ADVICE}. Step {trainer.step + 1} "
+        f"stopped at: {exc}. Weights like these are never checkpointed: "
+        + (f"the last checkpoint, {last}, is intact" if last else "no checkpoint was written")
+    ) from None
 
 
 def _eval(trainer: Trainer, label: str, console) -> dict:
