@@ -185,6 +185,9 @@ def _apply(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     if parts[0] not in _SECTIONS:
         raise ConfigError(f"unknown config key `{key}`." + _close(parts[0], _SECTIONS))
+    if len(parts) == 1 and isinstance(value, str) and (parts[0] == "method_params"
+                                                      or dataclasses.is_dataclass(getattr(cfg, parts[0]))):
+        value = yaml_load(value, f"value of `{key}`")  # --set train={steps: 2, lr: 1e-5}
     if parts[0] == "method_params":
         if len(parts) == 1:
             if not isinstance(value, dict):
