@@ -24,7 +24,8 @@ resident (the weights are resident, so MemAvailable already excludes them):
                                                          copies of their keys/values and gradients;
                                                          then rows uses S = T
       first    = (b + 8) x trainable parameters           before the first update only: gradients and
-                                                         AdamW's two fp32 moments (later they are resident)
+                                                         AdamW's two fp32 moments (later they are resident);
+                                                         the critic's too (ppo, vapo)
     estimate = max(sampling, training)                   sampling's cache is freed before training
 
 The per-token activation term was checked on this machine against the peak resident
@@ -204,6 +205,9 @@ def check_sampling(trainer, prompts) -> None:
     cfg, r, t = trainer.cfg, trainer.cfg.rollout, trainer.cfg.train
     shape = ModelShape.of(trainer.model)
     first = 0 if trainer.optimizer.state else sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    critic, critic_opt = getattr(trainer, "critic", None), getattr(trainer, "critic_opt", None)
+    if critic is not None and critic_opt is not None and not critic_opt.state:
+        first += sum(p.numel() for p in critic.parameters() if p.requires_grad)
     lengths = [len(p) for p in prompts]
     kw = dict(prompt_lengths=lengths, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
               train_prompts=r.prompts_per_step, minibatches=t.minibatches, shared_prefix=t.shared_prefix,
