@@ -139,12 +139,12 @@ def _params(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("sections", [
-    {"method": "missing_old_logits", "method_params": {}, "rollout": {"staleness": 2}},
-    {"train": {"epochs": 2, "minibatches": 2}},
+@pytest.mark.parametrize("sections, steps, at", [
+    ({"method": "missing_old_logits", "method_params": {}, "rollout": {"staleness": 2}}, 5, 3),
+    ({"train": {"epochs": 2, "minibatches": 2}}, 4, 2),
 ])
-def test_resume_with_stale_queue_and_optimizer_state_equals_the_uninterrupted_run(sections, tiny_model_dir, tmp_path):
-    steps = 5
+def test_resume_with_stale_queue_and_optimizer_state_equals_the_uninterrupted_run(sections, steps, at, tiny_model_dir,
+                                                                                   tmp_path):
     full = Trainer(tiny_config(tiny_model_dir, tmp_path / "a", train={"steps": steps, **sections.get("train", {})},
                                **{k: v for k, v in sections.items() if k != "train"}))
     rows_full = [full.train_step() for _ in range(steps)]
@@ -154,7 +154,7 @@ def test_resume_with_stale_queue_and_optimizer_state_equals_the_uninterrupted_ru
                                    **{k: v for k, v in sections.items() if k != "train"}))
 
     first = make(tmp_path / "b")
-    for _ in range(3):
+    for _ in range(at):
         first.train_step()
     assert first.optimizer.state, "the optimizer has moments to carry"
     if first.cfg.rollout.staleness:
@@ -162,11 +162,11 @@ def test_resume_with_stale_queue_and_optimizer_state_equals_the_uninterrupted_ru
     first.save()
     del first
     second = make(tmp_path / "b")
-    assert second.restore() and second.step == 3
-    rows_resumed = [second.train_step() for _ in range(steps - 3)]
+    assert second.restore() and second.step == at
+    rows_resumed = [second.train_step() for _ in range(steps - at)]
     for k, v in _params(full.model).items():
         assert torch.equal(_params(second.model)[k], v), k
-    for a, b in zip(rows_full[3:], rows_resumed):
+    for a, b in zip(rows_full[at:], rows_resumed):
         for key in ("reward/mean", "response/length_mean", "loss/policy", "grad_norm"):
             if key in a:
                 assert a[key] == b[key], key
