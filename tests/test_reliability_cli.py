@@ -408,7 +408,7 @@ def test_ctrl_c_reports_the_step_and_how_to_resume_and_strays_are_cleaned(tiny_m
     assert "Traceback" not in err
     lines = [l for l in err.splitlines() if "interrupted" in l]
     assert len(lines) == 1 and lines[0].startswith("policylab: interrupted at step "), err[-2000:]
-    assert "of 200" in lines[0] and "last checkpoint: step_" in lines[0] and f"`policylab resume {run}`" in lines[0]
+    assert "of 200" in lines[0] and "last checkpoint: step_" in lines[0] and f"`policylab resume {run} --allow-imports`" in lines[0]
     # a stray temporary directory, as a kill during a checkpoint write leaves it, goes at the next start
     stray = run / "checkpoints" / ".tmp-step_000099-abc123"
     stray.mkdir()

@@ -226,6 +226,16 @@ def test_latest_outside_the_run_is_never_followed(tiny_model_dir, tmp_path):
     latest.write_text("step_000009\n")
     with pytest.raises(CheckpointError, match="link out of"):
         latest_checkpoint(tr.run_dir)
+    # checkpoints/ itself a link to another run's checkpoints: neither read nor written
+    other = tmp_path / "other"
+    (tr.run_dir / "checkpoints").rename(other)
+    (tr.run_dir / "checkpoints").symlink_to(other, target_is_directory=True)
+    with pytest.raises(CheckpointError, match="is a link"):
+        latest_checkpoint(tr.run_dir)
+    from policylab.checkpoint import preflight
+
+    with pytest.raises(CheckpointError, match="is a link"):
+        preflight(tr.run_dir)
 
 
 def test_non_finite_weights_are_never_written(tiny_model_dir, tmp_path):

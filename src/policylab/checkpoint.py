@@ -191,6 +191,11 @@ def _inside(root: Path, name: str) -> Path:
     return path
 
 
+def _not_a_link(root: Path) -> None:
+    if root.is_symlink():
+        raise CheckpointError(f"{root} is a link; a run's checkpoints/ must be a directory inside the run")
+
+
 def _latest_name_or_none(run_dir: Path) -> str | None:
     pointer = _root(run_dir) / "LATEST"
     try:
@@ -270,6 +275,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     `checkpoints/`; an old-format checkpoint raises CheckpointError with the command that
     converts it."""
     root = _root(run_dir)
+    _not_a_link(root)
     pointer = root / "LATEST"
     if not pointer.is_file():
         return None
@@ -279,7 +285,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         raise CheckpointError(f"{pointer} is not a checkpoint name (not text)") from None
     path = _inside(root, name)
     if not path.is_dir():
-        raise CheckpointError(f"{pointer} names {name}, which is missing")
+        raise damaged(run_dir, path, f"{pointer} names {name}, which is missing")
     if not (path / safestate.JSON_NAME).exists() and (path / LEGACY_STATE).is_file():
         raise _legacy_error(run_dir, path)
     return path
@@ -387,6 +393,7 @@ def preflight(run_dir: Path, need_bytes: int | None = None) -> None:
     Raises RunDirError with what to change."""
     run_dir = Path(run_dir)
     root = _root(run_dir)
+    _not_a_link(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)

@@ -37,7 +37,7 @@ def _train(args) -> int:
 
     cfg = load_config(args.config, args.set or [])
     # the user's own config: its modules are named, and allowed
-    check_imports(cfg.task, args.config, allow=True, say=lambda t: _note(None, t))
+    check_imports(cfg.task, args.config, allow=True, say=_note)
     train(cfg, overwrite=args.overwrite, config_path=args.config)
     return 0
 

@@ -65,7 +65,8 @@ RESUME_CHANGEABLE = ("train.steps", "train.micro_batch_size", "train.shared_pref
                      "keep_freed_memory")
 
 
-def _note(console, text: str) -> None:
+def _note(text: str) -> None:
+    """One line on stderr (stdout stays the command's output)."""
     import sys
 
     print(f"policylab: {text}", file=sys.stderr, flush=True)
@@ -85,6 +86,7 @@ def check_new_run_dir(cfg: RunConfig, *, overwrite: bool = False, config_path: s
         )
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"run_dir {run_dir} exists and is not a directory")
+
     def holds(name: str) -> bool:
         p = run_dir / name
         if p.is_dir() and not p.is_symlink():  # an empty directory holds nothing to lose
@@ -140,14 +142,13 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
             verify_checkpoint(ckpt, ("model",))
         except CheckpointError as exc:
             raise damaged(run_dir, ckpt, str(exc)) from None
-    if not previous:
-        preflight(run_dir)
+    preflight(run_dir)
     for name in clean_stray(run_dir):
-        _note(console, f"removed {run_dir / 'checkpoints' / name}, left by an interrupted checkpoint write")
+        _note(f"removed {run_dir / 'checkpoints' / name}, left by an interrupted checkpoint write")
     trainer = Trainer(cfg, console=console)
     if previous:
         _remove_previous(run_dir, previous)
-        _note(console, f"--overwrite: removed the previous run's {', '.join(previous)} from {run_dir}")
+        _note(f"--overwrite: removed the previous run's {', '.join(previous)} from {run_dir}")
     optimizers = [o for o in (trainer.optimizer, trainer.critic_opt) if o is not None]
     preflight(run_dir, need_bytes=int(checkpoint_bytes(trainer.models(), optimizers) * 1.1) + (16 << 20))
     report_path = run_dir / "report.json"
@@ -163,7 +164,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
             event = {"event": "resumed_from", "step": trainer.step, "time": time.time(), "checkpoint": ckpt.name}
             if changes:
                 event["changes"] = {k: [a, b] for k, (a, b) in changes.items()}
-                _note(console, "resume changes (recorded in config.yaml): "
+                _note("resume changes (recorded in config.yaml): "
                       + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
             log.event(**event)
             console.print(f"[bold]resumed[/] {run_dir} at step {trainer.step} ({ckpt.name})")
@@ -209,7 +210,10 @@ def _interrupted(trainer: Trainer, run_dir: Path) -> str:
     if last is None:
         return (f"{at}; no checkpoint was written yet, so there is nothing to resume: train again with "
                 f"--overwrite (or set log.checkpoint_every to checkpoint as the run goes)")
-    return f"{at}; last checkpoint: {last}; resume with `policylab resume {run_dir}`"
+    from .taskrun import imported_modules, trusted_module
+
+    flag = " --allow-imports" if any(not trusted_module(m) for m, _ in imported_modules(trainer.cfg.task)) else ""
+    return f"{at}; last checkpoint: {last}; resume with `policylab resume {run_dir}{flag}`"
 
 
 def _read_report(path: Path) -> dict:
@@ -257,26 +261,25 @@ def resume_changes(cfg: RunConfig, overrides) -> tuple[RunConfig, dict]:
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
+    """{"train.steps": 20, "method_params.kl_coef": 0.0, ...} of a nested config dict."""
     out = {}
     for k, v in tree.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and not key.startswith("method_params."):
+        if isinstance(v, dict) and v:
             out.update(_flatten(v, key + "."))
-        elif isinstance(v, dict) and key == "method_params":
-            out.update({f"method_params.{mk}": mv for mk, mv in v.items()})
         else:
             out[key] = v
     return out
 
 
-def load_received_run(run_dir: str | Path, *, allow_imports: bool = False, console=None) -> RunConfig:
+def load_received_run(run_dir: str | Path, *, allow_imports: bool = False) -> RunConfig:
     """The config of a run directory (possibly from someone else): the modules it would
     import are named first, and any outside policylab refused unless `allow_imports`."""
     from .taskrun import check_imports
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=lambda t: _note(console, t))
+    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=_note)
     return cfg
 
 
@@ -291,12 +294,10 @@ def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allo
     parse_overrides(overrides)  # a malformed --set is reported before anything is read
     cfg = load_run_config(run_dir)
     cfg.run_dir = str(run_dir)
-    cfg, changes = resume_changes(cfg, overrides)
-    if "run_dir" in changes:
-        raise ConfigError("resume writes into the run directory it is given; run_dir cannot be changed")
+    cfg, changes = resume_changes(cfg, overrides)  # run_dir among them: refused (resume writes where it reads)
     from .taskrun import check_imports
 
-    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=lambda t: _note(console, t))
+    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=_note)
     return train(cfg, resume=True, console=console, from_checkpoint=from_checkpoint, changes=changes)
 
 
