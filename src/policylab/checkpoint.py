@@ -125,6 +125,7 @@ def save_checkpoint(run_dir: Path, step: int, models: dict[str, torch.nn.Module]
     Refused (CheckpointError / NonFiniteError, LATEST unchanged, no stray directory): weights
     with NaN or inf, a full disk, a directory that cannot be written."""
     root = Path(run_dir) / "checkpoints"
+    _not_a_link(root)
     name = step_name(step)
     previous = _latest_name_or_none(run_dir)
     kept = f"the previous checkpoint {previous} is intact (LATEST unchanged)" if previous else "no earlier checkpoint exists"

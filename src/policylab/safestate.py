@@ -28,7 +28,8 @@ Encoding of a JSON node (every non-primitive is an object with exactly one `$` t
     {"$dict": {str: node}}                            a dict whose keys are all str
     {"$items": [[key node, value node], ...]}         any other dict (int keys ...)
     {"$odict": [[key node, value node], ...]}         a collections.OrderedDict
-    {"$tensor": name}                                 a torch tensor (the tensor table)
+    {"$tensor": name}                                 a torch tensor (the tensor table; "device"
+                                                      is added for a tensor that is not on the CPU)
     {"$ndarray": name, "dtype": str, "shape": [...]}  a numpy array (raw bytes as uint8)
     {"$npscalar": dtype, "hex": str}                  a numpy scalar (its raw bytes)
     {"$dtype": "float32"}                             a torch dtype
@@ -109,11 +110,11 @@ class _Encoder:
     def tensor(self, t: torch.Tensor) -> str:
         if id(t) in self._by_id:
             return self._by_id[id(t)]
-        if t.layout != torch.strided or t.is_quantized or t.is_meta or t.device.type != "cpu":
-            raise TypeError(f"cannot save a {t.layout} / {t.device} tensor (only dense CPU tensors)")
+        if t.layout != torch.strided or t.is_quantized or t.is_meta:
+            raise TypeError(f"cannot save a {t.layout} tensor (only dense tensors)")
         if t.dtype not in _DTYPE_NAMES:
             raise TypeError(f"cannot save a tensor of dtype {t.dtype}")
-        out = t.detach()
+        out = t.detach().cpu()
         storage = (out.untyped_storage().data_ptr(), out.untyped_storage().nbytes())
         # safetensors stores each tensor on its own: views of a storage another entry uses,
         # and non-contiguous views, are copied (values unchanged)
@@ -139,6 +140,8 @@ class _Encoder:
             return {"$float": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
         if isinstance(x, torch.Tensor):
             node = {"$tensor": self.tensor(x)}
+            if x.device.type != "cpu":
+                node["device"] = str(x.device)
             if x.requires_grad:
                 node["requires_grad"] = True
             return node
@@ -236,6 +239,12 @@ class _Decoder:
             return out
         if tag == "$tensor":
             t = self.tensor(v)
+            if "device" in x:
+                try:
+                    t = t.to(torch.device(str(x["device"])))
+                except (RuntimeError, AssertionError, TypeError) as exc:
+                    raise StateFormatError(
+                        f"the state holds tensors on {x['device']!r}, which this machine cannot use ({exc})") from None
             if x.get("requires_grad"):
                 t = t.requires_grad_(True)
             return t
