@@ -173,7 +173,7 @@ def test_the_config_file_trained_from_is_never_overwritten(tiny_model_dir, tmp_p
 def test_empty_or_current_run_dir_is_refused(tiny_model_dir, tmp_path, value):
     work = tmp_path / "work"
     work.mkdir()
-    cfg = write_config(work / "c.yaml", tiny_model_dir, tmp_path / "run", steps=1)
+    write_config(work / "c.yaml", tiny_model_dir, tmp_path / "run", steps=1)
     before = fingerprint(work)
     res = cli("train", "c.yaml", "--set", f"run_dir={value}", cwd=work)
     assert_one_clear_error(res, "run_dir", "empty" if value == "" else "current directory")

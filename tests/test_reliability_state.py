@@ -12,7 +12,7 @@ import torch
 
 from policylab import safestate
 from policylab.batch import RolloutBatch, SamplingSettings
-from policylab.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from policylab.checkpoint import latest_checkpoint, load_checkpoint
 from policylab.errors import CheckpointError
 from policylab.trainer import Trainer
 

@@ -202,7 +202,7 @@ def check_sampling(trainer, prompts) -> None:
     avail = available_bytes()
     if avail is None:
         return
-    cfg, r, t = trainer.cfg, trainer.cfg.rollout, trainer.cfg.train
+    r, t = trainer.cfg.rollout, trainer.cfg.train
     shape = ModelShape.of(trainer.model)
     first = 0 if trainer.optimizer.state else sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     critic, critic_opt = getattr(trainer, "critic", None), getattr(trainer, "critic_opt", None)
