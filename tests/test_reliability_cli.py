@@ -204,13 +204,15 @@ def _immutable(path: Path) -> bool:
     if os.geteuid() != 0:
         path.chmod(0o555)
         return True
+    if shutil.which("chattr") is None:
+        return False
     return subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
 
 
 def _mutable(path: Path) -> None:
     if os.geteuid() != 0:
         path.chmod(0o755)
-    else:
+    elif shutil.which("chattr") is not None:
         subprocess.run(["chattr", "-i", str(path)], capture_output=True)
 
 
