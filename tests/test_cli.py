@@ -56,7 +56,7 @@ def test_two_step_train_writes_a_complete_run(tiny_model_dir, tmp_path):
     assert (run / "config.yaml").exists() and (run / "checkpoints" / "LATEST").exists()
     assert (run / "plots" / "reward.png").exists()
     assert "policylab report" in res.stdout
-    ev = _cli("eval", str(run), "--n", "4")
+    ev = _cli("eval", str(run), "--n", "4", "--allow-imports")
     assert ev.returncode == 0, ev.stderr[-2000:]
     both = json.loads(ev.stdout)
     assert both["base"]["n_prompts"] == 4 and both["trained"]["n_prompts"] == 4
@@ -88,7 +88,7 @@ def test_kill_9_then_resume_completes(tiny_model_dir, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = latest.read_text().strip()
-    res = _cli("resume", str(run), "--set", "train.steps=6")
+    res = _cli("resume", str(run), "--set", "train.steps=6", "--allow-imports")
     assert res.returncode == 0, res.stderr[-3000:]
     assert latest.read_text().strip() == "step_000006"
     text = (run / "metrics.jsonl").read_text()

@@ -30,13 +30,16 @@ def test_interrupted_checkpoint_write_keeps_previous_latest(tiny_model_dir, tmp_
     good = tr.save()
     tr.train_step()
 
+    import errno
+
     import policylab.checkpoint as ck
+    from policylab.errors import CheckpointError
 
     def boom(*a, **k):
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ck.torch, "save", boom)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr(ck.safestate, "save_state", boom)
+    with pytest.raises(CheckpointError, match="no space left on device.*step_000001 is intact"):
         tr.save()
     assert latest_checkpoint(tr.run_dir) == good
     assert not any(p.name.startswith(".tmp") for p in (tr.run_dir / "checkpoints").iterdir())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,10 +127,30 @@ def _close(name: str, options) -> str:
     return f" Did you mean: {', '.join(near)}?" if near else f" Valid keys: {', '.join(sorted(options))}."
 
 
+def yaml_load(text: str, source: str):
+    """yaml.safe_load, with a syntax error turned into one ConfigError line that names
+    `source`, the line and the column (and says so when a tab is the cause)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        problem = exc.problem or exc.context or "invalid YAML"
+        hint = " (YAML indents with spaces; a tab cannot start a token)" if "\\t" in problem else ""
+        context = ""
+        if exc.context and exc.problem:
+            cm = exc.context_mark
+            if cm is not None and cm is not mark:
+                context = f" ({exc.context} at line {cm.line + 1}, column {cm.column + 1})"
+        raise ConfigError(f"{where}: invalid YAML: {problem}{context}{hint}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {' '.join(str(exc).split())}") from None
+
+
 def _coerce(value: Any, current: Any, key: str) -> Any:
     """Convert a YAML/CLI value to the type of the field's default."""
     if isinstance(value, str) and not isinstance(current, str):
-        value = yaml.safe_load(value)
+        value = yaml_load(value, f"value of `{key}`")
         if isinstance(value, str) and isinstance(current, float) and not isinstance(current, bool):
             try:  # YAML 1.1 reads "2e-5" (no dot) as a string
                 value = float(value)
@@ -164,13 +185,16 @@ def _apply(cfg: RunConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     if parts[0] not in _SECTIONS:
         raise ConfigError(f"unknown config key `{key}`." + _close(parts[0], _SECTIONS))
+    if len(parts) == 1 and isinstance(value, str) and (parts[0] == "method_params"
+                                                      or dataclasses.is_dataclass(getattr(cfg, parts[0]))):
+        value = yaml_load(value, f"value of `{key}`")  # --set train={steps: 2, lr: 1e-5}
     if parts[0] == "method_params":
         if len(parts) == 1:
             if not isinstance(value, dict):
                 raise ConfigError("`method_params` must be a mapping")
             cfg.method_params.update(value)
         else:
-            cfg.method_params[".".join(parts[1:])] = yaml.safe_load(value) if isinstance(value, str) else value
+            cfg.method_params[".".join(parts[1:])] = yaml_load(value, f"value of `{key}`") if isinstance(value, str) else value
         return
     section = getattr(cfg, parts[0])
     if not dataclasses.is_dataclass(section):
@@ -190,8 +214,27 @@ def _apply(cfg: RunConfig, key: str, value: Any) -> None:
     setattr(section, parts[1], _coerce(value, getattr(section, parts[1]), key))
 
 
+def _non_finite(tree, prefix: str = ""):
+    """(key, value) of the first NaN / inf number anywhere in a config dict, or None."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for k, v in items:
+        key = f"{prefix}.{k}" if prefix and isinstance(k, str) else (f"{prefix}[{k}]" if prefix else str(k))
+        if isinstance(v, float) and not math.isfinite(v):
+            return key, v
+        if isinstance(v, (dict, list, tuple)):
+            found = _non_finite(v, key)
+            if found:
+                return found
+    return None
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     r, t, e = cfg.rollout, cfg.train, cfg.eval
+    bad = _non_finite(cfg.to_dict())
+    if bad:
+        raise ConfigError(f"`{bad[0]}` is {bad[1]}: every number in a config must be finite")
+    if not str(cfg.run_dir).strip():
+        raise ConfigError("run_dir is empty: give the directory the run writes to (e.g. --set run_dir=runs/my-run)")
     checks = [
         (r.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1"),
         (r.group_size >= 1, "rollout.group_size must be >= 1"),
@@ -239,17 +282,51 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
-        data = yaml.safe_load(p.read_text()) or {}
+        data = read_yaml(p)
+        if data is None:
+            raise ConfigError(
+                f"{p} is empty (no config section in it); write `{{}}` in it to train on every default explicitly"
+            )
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: top level must be a mapping of config sections")
         for k, v in data.items():
-            _apply(cfg, k, v)
-    for item in overrides:
+            _apply(cfg, str(k), v)
+    apply_overrides(cfg, overrides)
+    return validate(cfg)
+
+
+def read_yaml(p: Path):
+    """The YAML document of file `p` (None when it is empty); every failure is one
+    ConfigError line naming the file (and the line and column of a syntax error)."""
+    try:
+        raw = Path(p).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
+    return yaml_load(text, str(p))
+
+
+def parse_overrides(overrides) -> list[tuple[str, str]]:
+    """`key=value` strings as (key, value) pairs; one without `=` is a ConfigError."""
+    out = []
+    for item in overrides or ():
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. train.lr=1e-5)")
         k, v = item.split("=", 1)
-        _apply(cfg, k.strip(), v)
-    return validate(cfg)
+        if not k.strip():
+            raise ConfigError(f"override {item!r} has no key before `=`")
+        out.append((k.strip(), v))
+    return out
+
+
+def apply_overrides(cfg: RunConfig, overrides) -> RunConfig:
+    for k, v in parse_overrides(overrides):
+        _apply(cfg, k, v)
+    return cfg
 
 
 def config_from_dict(data: dict) -> RunConfig:

@@ -32,3 +32,36 @@ class GroupError(PolicylabError):
 
 class BatchReuseError(PolicylabError):
     """A single-use batch was offered for a second update, or from the wrong policy version."""
+
+
+class CheckpointError(PolicylabError):
+    """A checkpoint that cannot be read (damaged, old format, outside the run) or written
+    (no space, not writable, non-finite weights). The message names the file and, when
+    there is one, the intact checkpoint to fall back to."""
+
+
+class RunDirError(PolicylabError):
+    """A run directory that cannot be used as asked: it holds another run's files, it is
+    the current directory, it cannot be written, or it has no room for a checkpoint."""
+
+
+class UntrustedImportError(PolicylabError):
+    """A received run directory's config names code (a reward module) outside policylab;
+    importing it would run it. Refused unless the user allows it explicitly."""
+
+
+class MemoryBudgetError(PolicylabError):
+    """A step's estimated memory does not fit in the memory available."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; the message says at which step and how to resume."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class PolicylabWarning(UserWarning):
+    """Input policylab accepts but that is probably not what was meant (a duplicated id in
+    a task file, a cut last line in metrics.jsonl ...). The CLI prints it as one line."""

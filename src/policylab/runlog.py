@@ -4,13 +4,23 @@ events, and PNG plots refreshed as the run goes.
 On resume the log is appended to, never rewritten: lines of steps after the resumed
 checkpoint (work that is being redone) are kept and marked by the `resumed_from` record,
 so nothing already written is lost.
+
+A process killed mid-write can leave a cut last line (no newline, not valid JSON). Opening
+the log repairs it before anything is appended: the cut text is moved to
+`metrics.jsonl.partial` (kept, with a warning) and the log ends at its last complete line,
+so the next record never glues onto it. Every reader (`read_records`, `read_metrics`, the
+plots) skips a line that is not valid JSON with a warning naming the file and the line.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import warnings
 from pathlib import Path
+
+from .errors import PolicylabWarning
 
 PLOTS = {
     "reward.png": [("reward/mean", "reward (mean)"), ("accuracy", "accuracy (train samples)"), ("eval/accuracy", "accuracy (held-out)")],
@@ -36,6 +46,7 @@ class RunLog:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
+        repair_cut_line(self.path)
         self._fh = open(self.path, "a", buffering=1)
         self._tb = None
         if tensorboard:
@@ -65,15 +76,67 @@ class RunLog:
             self._tb.close()
 
 
-def _records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def repair_cut_line(path: Path) -> str | None:
+    """If `path` ends without a newline (a write was cut), move the cut text to
+    `<path>.partial` and truncate `path` after its last complete line. Returns the cut text
+    (None when the file ends cleanly or does not exist)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return None
+        fh.seek(0)
+        data = fh.read()
+    cut_at = data.rfind(b"\n") + 1
+    fragment = data[cut_at:]
+    with open(path.with_name(path.name + ".partial"), "ab") as side:
+        side.write(fragment + b"\n")
+        side.flush()
+        os.fsync(side.fileno())
+    with open(path, "r+b") as fh:
+        fh.truncate(cut_at)
+        fh.flush()
+        os.fsync(fh.fileno())
+    text = fragment.decode("utf-8", "replace")
+    warnings.warn(f"{path}: its last line was cut ({len(fragment)} bytes, killed mid-write?); moved it to "
+                  f"{path.name}.partial so the log stays readable", PolicylabWarning, stacklevel=2)
+    return text
 
 
-def read_metrics(path: Path) -> list[dict]:
+def read_records(path: Path) -> list[dict]:
+    """Every JSON object of a metrics.jsonl; a line that is not valid JSON (a cut last line
+    of a killed run) is skipped with a warning naming the file and the line."""
+    out, bad = [], []
+    raw = Path(path).read_bytes()
+    lines = raw.split(b"\n")
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            bad.append(i)
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+        else:
+            bad.append(i)
+    if bad:
+        last = len(lines) if lines[-1].strip() else len(lines) - 1
+        what = "its last line, which was cut (killed mid-write?)" if bad == [last] else \
+            f"line(s) {', '.join(map(str, bad))}, which are not valid JSON"
+        warnings.warn(f"{path}: skipped {what}", PolicylabWarning, stacklevel=2)
+    return out
+
+
+
+def read_metrics(path: Path, records: list[dict] | None = None) -> list[dict]:
     """Step rows of a metrics.jsonl; if a step was redone after a resume, the last row wins."""
     rows: dict[int, dict] = {}
-    for rec in _records(path):
-        if "step" in rec:
+    for rec in read_records(path) if records is None else records:
+        if isinstance(rec.get("step"), int) and "event" not in rec:
             rows[rec["step"]] = rec
     return [rows[k] for k in sorted(rows)]
 
@@ -85,12 +148,14 @@ def write_plots(run_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
+    path = Path(run_dir) / "metrics.jsonl"
+    records = read_records(path) if path.is_file() else []
+    rows = read_metrics(path, records)
     out = []
     if not rows:
         return out
     # base / final held-out evaluations are events, placed at the step they describe
-    evals = [{**rec, "step": rec["at_step"]} for rec in _records(Path(run_dir) / "metrics.jsonl")
+    evals = [{**rec, "step": rec["at_step"]} for rec in records
              if rec.get("event") == "eval" and isinstance(rec.get("at_step"), int)]
     plot_dir = Path(run_dir) / "plots"
     plot_dir.mkdir(exist_ok=True)

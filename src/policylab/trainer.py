@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from . import kl, methods, runtime
+from . import kl, memory, methods, runtime
 from ._checks import masked_mean
 from .backends.local import LocalRollout, LocalWorker
 from .batch import RolloutBatch
@@ -87,7 +87,9 @@ class Trainer:
             self.critic_opt = _adamw(self.critic.parameters(), lr=t.critic_lr)
         engine = _build_engine(self.model, self.tokenizer, cfg.rollout)
         self.engine = engine
-        self.rollout = LocalRollout(engine, same_numerics_as_trainer=not self.shape.engine_differs)
+        # every sampling request first checks that the step's estimated memory fits (policylab.memory)
+        self.rollout = LocalRollout(engine, same_numerics_as_trainer=not self.shape.engine_differs,
+                                    before_generate=lambda prompts: memory.check_sampling(self, prompts))
         self.task = build_task(cfg.task, seed=cfg.seed)
         self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -105,6 +107,7 @@ class Trainer:
         self.policy_version = 0
         self.prompt_counter = 0
         self.stale_queue: list[RolloutBatch] = []
+        self.run_state: dict = {}  # run-level bookkeeping carried in checkpoints (policylab.run: train_seconds)
 
     # ------------------------------------------------------------------ prompts
     def encode(self, prompt: str) -> list[int]:
@@ -337,6 +340,7 @@ class Trainer:
             "task": self.task.state_dict(),
             "controllers": {k: v.state_dict() for k, v in self.controllers.items()},
             "stale_queue": self.stale_queue,
+            "run": self.run_state,
         }
 
     def load_state(self, st: dict) -> None:
@@ -356,6 +360,7 @@ class Trainer:
         for k, obj in self.controllers.items():
             obj.load_state_dict(saved[k])
         self.stale_queue = st.get("stale_queue", [])
+        self.run_state = dict(st.get("run", {}))
 
     def models(self) -> dict:
         out = {"model": self.model}

@@ -115,12 +115,26 @@ def _wrap_lora(model, tcfg):
 
 
 def save_config(cfg: RunConfig, run_dir: Path) -> None:
+    """Write run_dir/config.yaml atomically (a temporary file renamed into place)."""
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tmp = run_dir / ".config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tmp.replace(run_dir / "config.yaml")
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
+    from .config import read_yaml
+
     p = Path(run_dir) / "config.yaml"
+    if not Path(run_dir).is_dir():
+        raise ConfigError(f"{run_dir} is not a directory: give the run directory a policylab run wrote")
     if not p.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml: is it a policylab run directory?")
-    return config_from_dict(yaml.safe_load(p.read_text()))
+    data = read_yaml(p)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: not a run config (the top level must be a mapping of config sections)")
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None

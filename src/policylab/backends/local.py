@@ -23,8 +23,9 @@ from ..update import autocast, optimizer_step
 class LocalRollout:
     """RolloutBackend over a policylab engine (`engines.fast.FastEngine` or `engines.hf.HFEngine`)."""
 
-    def __init__(self, engine, *, same_numerics_as_trainer: bool):
+    def __init__(self, engine, *, same_numerics_as_trainer: bool, before_generate=None):
         self.engine = engine
+        self.before_generate = before_generate  # (prompts) -> None: may refuse a request (e.g. a memory check)
         self.engine_name = engine.engine_name
         self.tokenizer = engine.tokenizer
         self.same_numerics_as_trainer = same_numerics_as_trainer
@@ -36,6 +37,8 @@ class LocalRollout:
             raise PolicylabError(
                 f"the rollout backend holds weights version {self.version}, but version {policy_version} was "
                 "requested: call sync_weights(version) after every update")
+        if self.before_generate is not None:
+            self.before_generate(prompts)
         return self.engine.generate(prompts, group_size=group_size, sampling=sampling, max_new_tokens=max_new_tokens,
                                     policy_version=policy_version, batch_id=batch_id, group_ids=group_ids,
                                     record_topk=record_topk)

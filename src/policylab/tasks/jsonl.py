@@ -17,18 +17,27 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
     All other fields go to `Example.meta`, plus meta["jsonl_line"] (1-based line number;
     a record that already has a `jsonl_line` field is refused rather than overwritten).
     Blank lines are skipped. Errors name the file and line: a missing file
-    (FileNotFoundError), invalid JSON, a line that is not an object, a missing or null
-    field, a field of the wrong type, and a file with no example at all (PolicylabError).
+    (FileNotFoundError), bytes that are not UTF-8, invalid JSON, a line that is not an
+    object, a missing or null field, a field of the wrong type, and a file with no example
+    at all (PolicylabError). Records sharing an `id` field, and one prompt given different
+    answers, are accepted with a PolicylabWarning naming the lines.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"JSONL task file not found: {path}")
     examples = []
-    with path.open(encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            where = f"{path}:{line_no}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PolicylabError(
+                    f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "save the file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
-            where = f"{path}:{line_no}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -51,4 +60,40 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
             examples.append(Example(prompt, str(answer), {**meta, "jsonl_line": line_no}))
     if not examples:
         raise PolicylabError(f"{path}: no examples (the file is empty or blank)")
+    _warn_duplicates(path, examples)
     return examples
+
+
+def _lines(xs: list[int], limit: int = 5) -> str:
+    shown = ", ".join(map(str, xs[:limit]))
+    return shown + (f" and {len(xs) - limit} more" if len(xs) > limit else "")
+
+
+def _warn_duplicates(path: Path, examples: list[Example]) -> None:
+    """Warn (PolicylabWarning) about records that share an `id`, and about one prompt given
+    different answers: the verifier can only count one of them as correct."""
+    import warnings
+
+    from ..errors import PolicylabWarning
+
+    by_id: dict = {}
+    for ex in examples:
+        if "id" in ex.meta and isinstance(ex.meta["id"], (str, int, float)) and not isinstance(ex.meta["id"], bool):
+            by_id.setdefault(ex.meta["id"], []).append(ex.meta["jsonl_line"])
+    dup_ids = {k: v for k, v in by_id.items() if len(v) > 1}
+    if dup_ids:
+        first = next(iter(dup_ids))
+        warnings.warn(
+            f"{path}: {len(dup_ids)} id(s) appear on more than one line, e.g. id {first!r} on lines "
+            f"{_lines(dup_ids[first])}", PolicylabWarning, stacklevel=3)
+    by_prompt: dict[str, dict[str, list[int]]] = {}
+    for ex in examples:
+        by_prompt.setdefault(ex.prompt, {}).setdefault(ex.answer, []).append(ex.meta["jsonl_line"])
+    conflicts = {p: a for p, a in by_prompt.items() if len(a) > 1}
+    if conflicts:
+        prompt, answers = next(iter(conflicts.items()))
+        shown = "; ".join(f"{a!r} on line(s) {_lines(ls)}" for a, ls in list(answers.items())[:3])
+        short = prompt if len(prompt) <= 60 else prompt[:57] + "..."
+        warnings.warn(
+            f"{path}: {len(conflicts)} prompt(s) are given different answers, e.g. {short!r}: {shown}",
+            PolicylabWarning, stacklevel=3)
