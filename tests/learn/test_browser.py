@@ -4,8 +4,10 @@ switch changes every string and follows the reader to the next page. Screenshots
 test-artifacts/ (gitignored).
 
 If the browser cannot start the test FAILS (install with `make browser-deps`); set
-POLICYLAB_SKIP_BROWSER=1 to skip it deliberately. POLICYLAB_CHROMIUM / POLICYLAB_CHROMEDRIVER
-override the binaries (default /usr/bin/chromium, /usr/bin/chromedriver)."""
+POLICYLAB_SKIP_BROWSER=1 to skip it deliberately (`make test` does so, with one line
+saying how to enable it, for a user who is not root and has no Chromium). Under CI
+(CI=true) it never skips. POLICYLAB_CHROMIUM / POLICYLAB_CHROMEDRIVER override the binaries
+(default /usr/bin/chromium, /usr/bin/chromedriver)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 @pytest.fixture(scope="module")
 def browser():
     if os.environ.get("POLICYLAB_SKIP_BROWSER") == "1":
+        if os.environ.get("CI") == "true":
+            pytest.fail("POLICYLAB_SKIP_BROWSER=1 under CI: the headless-browser test must run in CI")
         pytest.skip("POLICYLAB_SKIP_BROWSER=1: headless-browser tests skipped on request")
     hint = "install the browser and driver with `make browser-deps` (or set POLICYLAB_SKIP_BROWSER=1 to skip)"
     try:
