@@ -24,19 +24,21 @@ from policylab.config import config_from_dict
 from policylab.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
-# settings a method needs to do anything on one engine (documented in its card)
-EXTRA = {
-    "tis": {"rollout": {"engine_dtype": "bf16"}}, "icepop": {"rollout": {"engine_dtype": "bf16"}},
-    "kpop": {"rollout": {"engine_dtype": "bf16"}}, "mis": {"rollout": {"engine_dtype": "bf16"}},
-    "minirl": {"rollout": {"engine_dtype": "bf16"}}, "online_icepop": {"rollout": {"engine_dtype": "bf16"}},
-    "gmc": {"rollout": {"staleness": 1}}, "sis": {"rollout": {"staleness": 1}},
-    "missing_old_logits": {"rollout": {"staleness": 1, "engine_dtype": "bf16"}},
-    "vapo": {"method_params": {"value_pretrain_steps": 1}},
-}
+# budget choices of this benchmark (a short run): one value-pretraining step for vapo
+BUDGET = {"vapo": {"method_params": {"value_pretrain_steps": 1}}}
+
+
+def settings(name: str) -> dict:
+    """The settings a method needs to do anything (its spec's `exercise`, e.g. a bf16
+    behavior engine for the mismatch corrections), plus this benchmark's budget choices."""
+    out = {k: dict(v) for k, v in methods.get(name).exercise.items()}
+    for k, v in BUDGET.get(name, {}).items():
+        out[k] = {**out.get(k, {}), **v}
+    return out
 
 
 def run(name: str, steps: int) -> dict:
-    extra = EXTRA.get(name, {})
+    extra = settings(name)
     with tempfile.TemporaryDirectory() as d:
         cfg = config_from_dict({
             "method": name, "model": "embedded", "run_dir": d, "seed": 0,
@@ -68,10 +70,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--out", default="methods_real", help="results file stem in benchmarks/results/ (json and md)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     names = [n for n in methods.names() if not args.only or n in args.only]
-    path = RESULTS / "methods_real.json"
+    path = RESULTS / f"{args.out}.json"
     out = json.loads(path.read_text()) if path.exists() else {}
     for name in names:
         print(f"== {name}", flush=True)
@@ -102,7 +105,7 @@ def main() -> None:
         lines += ["", f"{', '.join(same)} have identical rows: with no token above the TIS cap or outside the "
                       "IcePop band, all three weight each token by the same engine ratio π_old/μ (their "
                       "diagnostics in offpolicy.md show how rarely the cap and the band bind at this scale)."]
-    (RESULTS / "methods_real.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{args.out}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from .batch import RolloutBatch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import RunConfig
 from .errors import PolicylabError
-from .methods.context import StageContext
+from .methods.context import SetupContext, StageContext
 from .methods.spec import RunShape
 from .rollout import apply_changes, collect, sampling_from
 from .trainer_support import (
@@ -79,6 +79,10 @@ class Trainer:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         if t.lora_rank > 0:
             self.model = _wrap_lora(self.model, t)
+        self.controllers = self.method.state_objects(cfg.seed)
+        setup = SetupContext(p=None, run=self.shape, state=self.controllers, tokenizer=self.tokenizer)
+        for stage in self.method.active("model"):  # e.g. a reparametrization, before the optimizer exists
+            self.model = stage.fn(self.model, setup.for_stage(self.method, stage))
         self.critic = self.critic_opt = None
         if self.method.critic is not None:
             from .critic import ValueModel
@@ -102,7 +106,6 @@ class Trainer:
                                   skip_nonfinite=t.skip_nonfinite, shared_prefix=t.shared_prefix)
         self.ref_model = ref_model
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
-        self.controllers = self.method.state_objects(cfg.seed)
         self.step = 0
         self.policy_version = 0
         self.prompt_counter = 0
@@ -157,7 +160,7 @@ class Trainer:
             sampling=sampling_from(self.cfg.rollout), rollout=self.rollout, worker=self.worker, score=self.score,
             next_train=self.task.next_train, encode=self.encode, new_groups=self._new_groups,
             decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
-            task_reward=self.task.reward_fn, batch_tag=tag,
+            task_reward=self.task.reward_fn, batch_tag=tag, step=self.step, tokenizer=self.tokenizer,
         )
 
     # ------------------------------------------------------------------ rollout
@@ -247,11 +250,11 @@ class Trainer:
         metrics["value/pretraining"] = float(pretraining)
         step_metrics = []
         old_same = not self.needs_old_pass()
-        grad = self._grad_transforms(ctx)
+        grad, post = self._hooks(ctx, "grad"), self._hooks(ctx, "poststep")
         for _ in range(0 if pretraining else cfg.train.epochs):
             for idx in self._minibatches(batch):
                 m = self.worker.optimizer_step(method, batch.select(idx), adv[idx], old_from_same_forward=old_same,
-                                               grad_transforms=grad)
+                                               grad_transforms=grad, post_step=post)
                 step_metrics.append(m)
                 if not m.get("skipped_nonfinite") and not m.get("skipped_no_signal"):
                     self.policy_version += 1
@@ -288,8 +291,9 @@ class Trainer:
         order = uniq[torch.randperm(uniq.numel(), generator=self.shuffle_gen)]
         return [torch.isin(batch.group, part).nonzero().squeeze(-1) for part in order.tensor_split(n)]
 
-    def _grad_transforms(self, ctx: StageContext):
-        stages = self.method.active("grad")
+    def _hooks(self, ctx: StageContext, kind: str):
+        """The method's `grad` or `poststep` stages as one callable on the model (None if none)."""
+        stages = self.method.active(kind)
         if not stages:
             return None
 

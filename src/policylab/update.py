@@ -135,6 +135,7 @@ def optimizer_step(
     skip_zero_adv: bool = True,
     device: torch.device | str = "cpu",
     grad_transforms: Callable[[torch.nn.Module], dict] | None = None,
+    post_step: Callable[[torch.nn.Module], dict] | None = None,
 ) -> dict[str, float]:
     """Accumulate gradients over micro-batches of `minibatch`, then step once.
 
@@ -155,7 +156,9 @@ def optimizer_step(
     skipped like a no-signal step.
 
     `grad_transforms(model) -> metrics` runs once after the last micro-batch's backward
-    and before clipping and the optimizer step (the method's gradient-level stages)."""
+    and before clipping and the optimizer step (the method's gradient-level stages);
+    `post_step(model) -> metrics` right after the optimizer step (e.g. re-projecting
+    constrained weights)."""
     if not old_from_same_forward:
         minibatch.require(method.name, "logp_old")
     norms = {
@@ -250,6 +253,8 @@ def optimizer_step(
     if grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
+    if post_step is not None:
+        out.update(post_step(model))
     if scheduler is not None:
         scheduler.step()
     out["skipped_nonfinite"] = 0.0

@@ -118,12 +118,13 @@ class LocalWorker:
 
     # ------------------------------------------------------------------ updates
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *, old_from_same_forward: bool,
-                       grad_transforms=None) -> dict:
+                       grad_transforms=None, post_step=None) -> dict:
         return optimizer_step(
             self.model, self.optimizer, self.scheduler, method, minibatch, adv,
             micro_batch_size=self.micro_batch_size, dtype=self.dtype, grad_clip=self.grad_clip,
             old_from_same_forward=old_from_same_forward, skip_nonfinite=self.skip_nonfinite,
             shared_prefix=self.shared_prefix, device=self.device, grad_transforms=grad_transforms,
+            post_step=post_step,
         )
 
     def value_step(self, batch: RolloutBatch, returns: torch.Tensor, *, clip_eps: float | None) -> dict:

@@ -10,7 +10,7 @@ through a model, optimizer or config object of their own.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -56,6 +56,7 @@ class StageContext:
     p              the parameters the stage declared (a ParamView: nothing else readable)
     state          the method's per-run state objects, by `StateSpec.name`
     run            the run's shape (group size, budget, passes, staleness)
+    step           the rollout step being run (0-based; schedules read it)
     policy_version the version of the current weights
     sampling       the sampler's settings (log-probs are computed under the same transform)
     rollout        the rollout backend (generate, greedy, decode, sync_weights)
@@ -85,7 +86,22 @@ class StageContext:
     decode: Callable[[list[int]], str]
     task_reward: Callable
     batch_tag: str = ""
-    metrics: dict = field(default_factory=dict)
+    step: int = 0
+    tokenizer: Any = None
 
     def for_stage(self, method, stage) -> "StageContext":
+        return dataclasses.replace(self, p=method.view(stage))
+
+
+@dataclass
+class SetupContext:
+    """What a `model` stage sees when the run is built: its parameters, the run's shape,
+    the method's state objects and the tokenizer."""
+
+    p: ParamView | None
+    run: RunShape
+    state: dict[str, Any]
+    tokenizer: Any
+
+    def for_stage(self, method, stage) -> "SetupContext":
         return dataclasses.replace(self, p=method.view(stage))

@@ -42,9 +42,13 @@ _KPOP = (Param("kpop_delta", float, 0.01, "δ: both binary KLs (train↔serve) m
          Param("kpop_weight", str, "ratio", "weight of a kept token: its engine ratio k, or 1", choices=("ratio", "one")))
 
 
+_BF16 = {"rollout": {"engine_dtype": "bf16"}}  # a behavior engine that differs from the trainer
+_STALE = {"rollout": {"staleness": 1}}  # batches trained a version after they were sampled
+
+
 def _correction(name, *, card_kw, params, corrections=(), objective=losses.PPO_CLIP, source=sources.ON_POLICY,
                 round_=(), state=(), checks=(), family="correction (engine mismatch)", samples=None,
-                aggregation="token_mean", host=_HOST):
+                aggregation="token_mean", host=_HOST, exercise=_BF16):
     roles = dict(_ENGINE_ROLES)
     if samples:
         roles["samples"] = samples
@@ -52,6 +56,7 @@ def _correction(name, *, card_kw, params, corrections=(), objective=losses.PPO_C
         name, Card(family=family, status=_KERNEL, **roles, **card_kw),
         advantage=adv.GRPO, objective=objective, aggregation=aggregation, params=host + tuple(params),
         source=source, round_=round_, corrections=corrections, state=state, checks=checks, min_group_size=2,
+        exercise=exercise,
     ))
 
 
@@ -122,7 +127,7 @@ _correction(
         confirmed="weights computed once per round over whole groups (never per micro-batch), from the learner at "
                   "the start of the round"),
     params=(Param("gmc_cap", float, 8.0, "cap C on each group's total weight", check=positive),),
-    round_=(rounds.GMC_WEIGHTS,), corrections=(losses.GMC,), family="correction (staleness)",
+    round_=(rounds.GMC_WEIGHTS,), corrections=(losses.GMC,), family="correction (staleness)", exercise=_STALE,
     samples="behavior μ = a stale policy version (async mode: sampled k versions ago)",
 )
 _correction(
@@ -136,6 +141,7 @@ _correction(
     params=(Param("engine_correction", str, "tis", "the correction applied to d = π_old/μ",
                   choices=("tis", "icepop", "kpop")), _TIS_CAP) + _ICEPOP_BAND + _KPOP,
     round_=(rounds.EXACT_OLD,), corrections=(losses.DECOUPLED_ENGINE,), family="correction (staleness + engine)",
+    exercise={"rollout": {"staleness": 1, "engine_dtype": "bf16"}},
     samples="behavior μ = rollout engine at version v_b (possibly stale)",
 )
 _correction(
@@ -160,7 +166,7 @@ _correction(
                   check=positive),),
     source=sources.ON_POLICY_TOPK, round_=(rounds.SIS_ACCEPT,), corrections=(losses.SIS_DENOMINATOR,),
     state=(StateSpec("sis_rng", lambda p, seed: SeededGenerator(seed + 29), doc="acceptance draws"),),
-    family="correction (off-policy tokens)",
+    family="correction (off-policy tokens)", exercise=_STALE,
     samples="behavior μ = a stale version or another engine; its top-K log-probs are recorded at sampling",
 )
 

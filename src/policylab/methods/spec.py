@@ -7,6 +7,8 @@ whatever method it was given; it never names a method or a method's parameter.
 
 The step, in stage order (the kinds a `Stage` can be):
 
+    model       once, when the run is built: a transform of the policy model before its
+                optimizer is made (a reparametrization, adapters, a trainable prefix)
     source      where sequences come from (the on-policy rollout engine; demonstrations ...)
     reward      scores and shaping: rewards [B], raw outcomes, per-step rewards, baselines
     filter      which groups train (dynamic sampling on the raw outcome, eligibility)
@@ -21,6 +23,7 @@ The step, in stage order (the kinds a `Stage` can be):
     addend      terms added to the policy loss matrix (KL in the loss, entropy bonus)
     term        separately aggregated loss terms (VAPO's positive-example NLL)
     grad        gradient transforms between backward and the optimizer step
+    poststep    right after every optimizer step (re-projecting constrained weights)
     after       once per round after the updates (e.g. marking a batch consumed)
 
 Per-run state a stage needs across steps (an EMA scale, the single-use ledger, a seeded
@@ -43,8 +46,8 @@ import torch
 
 from ..errors import PolicylabError
 
-STAGE_KINDS = ("source", "reward", "filter", "round", "advantage", "objective", "correction", "addend", "term",
-               "grad", "after")
+STAGE_KINDS = ("model", "source", "reward", "filter", "round", "advantage", "objective", "correction", "addend",
+               "term", "grad", "poststep", "after")
 ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
 
 
@@ -376,6 +379,7 @@ class Method:
     advantage: Stage
     objective: Stage
     aggregation: str
+    model: tuple[Stage, ...] = ()
     rewards: tuple[Stage, ...] = ()
     filters: tuple[Stage, ...] = ()
     round: tuple[Stage, ...] = ()
@@ -383,12 +387,17 @@ class Method:
     addends: tuple[Stage, ...] = ()
     terms: tuple[Stage, ...] = ()
     grad: tuple[Stage, ...] = ()
+    poststep: tuple[Stage, ...] = ()
     after: tuple[Stage, ...] = ()
     state: tuple[StateSpec, ...] = ()
     critic: CriticSpec | None = None
     checks: tuple[Callable[["RunShape", Params], None], ...] = ()
     min_group_size: int = 1
-    values: Params | None = None  # resolved parameter values (set by `configure`)
+    # run settings (config sections) under which the method does anything at all, e.g.
+    # {"rollout": {"engine_dtype": "bf16"}} for an engine-mismatch correction (with one
+    # engine its weights are exactly 1): the tests and benchmarks run it that way
+    exercise: Mapping[str, Any] = field(default_factory=dict)
+    values: Params | None = None  # resolved parameter values (set by `with_params`)
 
     def __post_init__(self):
         names = [p.name for p in self.params]
@@ -408,10 +417,10 @@ class Method:
             for n in (self.critic.clip_param, self.critic.pretrain_param):
                 if n is not None and n not in declared:
                     raise ValueError(f"method {self.name}: critic names undeclared parameter {n!r}")
-        expected = {"source": [self.source], "advantage": [self.advantage], "objective": [self.objective],
-                    "reward": self.rewards, "filter": self.filters, "round": self.round,
-                    "correction": self.corrections, "addend": self.addends, "term": self.terms,
-                    "grad": self.grad, "after": self.after}
+        expected = {"model": self.model, "source": [self.source], "advantage": [self.advantage],
+                    "objective": [self.objective], "reward": self.rewards, "filter": self.filters,
+                    "round": self.round, "correction": self.corrections, "addend": self.addends,
+                    "term": self.terms, "grad": self.grad, "poststep": self.poststep, "after": self.after}
         for kind, stages in expected.items():
             for s in stages:
                 if s.kind != kind:
@@ -426,8 +435,9 @@ class Method:
     # ------------------------------------------------------------------ stages
     def stages(self) -> list[Stage]:
         """Every stage, in pipeline order."""
-        return [self.source, *self.rewards, *self.filters, *self.round, self.advantage, self.objective,
-                *self.corrections, *self.addends, *self.terms, *self.grad, *self.after]
+        return [*self.model, self.source, *self.rewards, *self.filters, *self.round, self.advantage,
+                self.objective, *self.corrections, *self.addends, *self.terms, *self.grad, *self.poststep,
+                *self.after]
 
     def active(self, kind: str) -> list[Stage]:
         """The stages of `kind` that run with this method's resolved parameters."""

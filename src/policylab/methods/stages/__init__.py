@@ -3,6 +3,7 @@
 Each module holds the stages of one kind; each stage is a small function plus a `Stage`
 object that says what it reads, writes and which parameters it takes. Signatures by kind:
 
+    model       fn(model, setup_ctx) -> model      (once, before the optimizer is built)
     source      fn(n_prompts, ctx) -> Sampled
     reward      fn(sampled, ctx) -> (changes: dict of batch fields, info)
     filter      fn(batch, ctx) -> (keep [B] bool, info)
@@ -13,6 +14,7 @@ object that says what it reads, writes and which parameters it takes. Signatures
     addend      fn(inputs, p) -> (loss [B, T] added to the policy term, metrics)
     term        fn(inputs, p) -> (loss [B, T], metrics), aggregated on its own mask
     grad        fn(model, ctx) -> metrics          (gradients in .grad, before the step)
+    poststep    fn(model, ctx) -> metrics          (right after every optimizer step)
     after       fn(batch, ctx) -> info
 
 `changes` may hold `outcome` and `extras` dicts: they are merged into the batch's, never
