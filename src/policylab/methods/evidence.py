@@ -21,7 +21,7 @@ _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with stalene
 
 EVIDENCE = {
     "grpo": "trained end to end on SmolLM2-135M-Instruct, single-digit + and x: held-out sampled accuracy "
-            "13.0% -> 91.0% after 20 steps, 91.5% after 30, 159 s of training (quickstart, README)",
+            "13.0% -> 91.0% after 20 steps, 91.5% after 30, 140 s of training steps (quickstart, README)",
     **{name: _REAL for name in ("cispo", "dapo", "dr_grpo", "ggpo", "gmc", "gppo", "gppo_fdiv", "grpo_process",
                                 "gspo", "luspo", "ppo", "reinforce_pp")},
     **{name: _REAL3 for name in ("remax", "ripo", "rloo", "tapo", "ttrl", "reinforce_pp_baseline")},
