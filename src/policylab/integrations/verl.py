@@ -161,6 +161,21 @@ def _normalizer(mask: torch.Tensor, mode: str, L_norm: float | None, info: dict,
     return total / dp
 
 
+def per_sequence(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl hands every loss [bs, T] advantages. When each row holds one value on its
+    counted tokens (outcome estimators broadcast it) that value is the per-sequence
+    advantage [bs] that sequence-level objectives (LUSPO) require; token-level advantages
+    are passed on unchanged."""
+    if adv.dim() != 2:
+        return adv
+    pos = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    first = torch.where(mask, pos, torch.full_like(pos, mask.shape[1])).min(-1).values.clamp(max=mask.shape[1] - 1)
+    row = adv.gather(1, first.unsqueeze(-1)).squeeze(-1)
+    row = torch.where(mask.any(-1), row, torch.zeros((), dtype=adv.dtype))
+    same = torch.where(mask, adv == row.unsqueeze(-1), torch.ones((), dtype=torch.bool)).all()
+    return row if bool(same) else adv
+
+
 def make_loss(name: str):
     """verl's policy-loss signature for policylab method `name` (keyword call of
     `verl.workers.utils.losses.ppo_loss`; extra keywords of other releases are ignored)."""
@@ -176,7 +191,8 @@ def make_loss(name: str):
         mask = response_mask.bool()
         needs_behavior = any("logp_behavior" in s.reads for s in method.active("correction"))
         behavior = _behavior(old_log_prob, rollout_is_weights, mask, name) if needs_behavior else None
-        inp = tensor_inputs(log_prob, advantages, mask, logp_old=old_log_prob, logp_behavior=behavior)
+        inp = tensor_inputs(log_prob, per_sequence(advantages, mask), mask, logp_old=old_log_prob,
+                            logp_behavior=behavior)
         terms, metrics = loss_terms(method, inp)
         aggregation = pl.get("aggregation", "method") if hasattr(pl, "get") else "method"
         mode = method.aggregation if aggregation == "method" else _VERL_MODES.get(loss_agg_mode)
