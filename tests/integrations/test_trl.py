@@ -143,11 +143,14 @@ def test_two_process_data_parallel_update_equals_one_process(tmp_path, tiny_mode
     subprocess.run([sys.executable, script, str(tiny_model_dir), str(one), "4", "4", method], env=env, check=True,
                    timeout=600, capture_output=True)
     accelerate = str(Path(sys.executable).with_name("accelerate"))
-    run = subprocess.run([accelerate, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+    # accelerate 1.15's `--cpu` runs one process unless MPI is set up; `--multi_gpu` starts two
+    # processes with torchrun, and `use_cpu=True` in the config makes them CPU ranks over gloo
+    run = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
                           str(_free_port()), script, str(tiny_model_dir), str(two), "4", "2", method],
                          env=env, timeout=900, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
+    assert "ROLLOUT 0" in run.stderr and "ROLLOUT 1" in run.stderr  # two ranks each generated their half
     a, b = load_file(str(one)), load_file(str(two))
     start = models.load_policy(str(tiny_model_dir))[0].state_dict()
     moved = 0.0

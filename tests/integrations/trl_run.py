@@ -1,5 +1,5 @@
 """One short PolicylabGRPOTrainer run, for the data-parallel test: run it alone or under
-`accelerate launch --cpu --num_processes 2`; it writes the trained weights to OUT.
+`accelerate launch --multi_gpu --num_processes 2` (use_cpu=True: two CPU ranks over gloo); it writes the trained weights to OUT.
 
 Completions come from a `rollout_func` (TRL's hook) that answers every prompt with the
 same fixed token sequences, so a one-process and a two-process run see the same global
@@ -25,6 +25,7 @@ def main(model_dir: str, out: str, per_device: int, accumulation: int, method: s
     ds = Dataset.from_list([{"prompt": p} for p in prompts])
 
     def rollout(batch_prompts, trainer):
+        print("ROLLOUT", trainer.accelerator.process_index, batch_prompts, file=sys.stderr, flush=True)
         tok = trainer.processing_class
         ids = [tok(p)["input_ids"] for p in batch_prompts]
         comps = []
@@ -44,7 +45,7 @@ def main(model_dir: str, out: str, per_device: int, accumulation: int, method: s
                      warmup_steps=0, weight_decay=0.0, max_grad_norm=1e9, max_steps=1, logging_steps=1,
                      report_to="none", save_strategy="no", gradient_checkpointing=False, seed=0, data_seed=0,
                      shuffle_dataset=False, dataloader_num_workers=0, remove_unused_columns=False,
-                     disable_tqdm=True, log_completions=False, optim="sgd")
+                     disable_tqdm=True, log_completions=False, optim="sgd", use_bias_correction_kl=False)
     trainer = PolicylabGRPOTrainer(method=method, model=model_dir, reward_funcs=[reward], args=cfg,
                                    train_dataset=ds, rollout_func=rollout)
     trainer.train()
