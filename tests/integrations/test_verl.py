@@ -405,3 +405,17 @@ def test_hydra_compose_of_verl_trainer_config_names_policylab():
     bad = _compose([o.replace("eps_high=0.3", "eps_hi=0.3") for o in OVERRIDES])
     with pytest.raises(Exception, match="has no parameter `eps_hi`"):
         omega_conf_to_dataclass(bad.actor_rollout_ref.actor)
+
+
+# ----------------------------------------------------------------------------- policylab integrations
+
+
+def test_integrations_command_reports_verl_and_a_plug_in_that_did_not_load(monkeypatch):
+    from policylab.integrations.status import report
+
+    text, ok = report()
+    assert ok and "verl 0.9.1" in text and "policylab = policylab.integrations.verl" in text
+    assert "policylab_cispo" in text and "not hostable: verl cannot host policylab method `gmc`" in text
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")  # verl skips every entry point
+    text, ok = report()
+    assert not ok and "PLUG-IN PROBLEM" in text and "expected but not registered: policylab_cispo" in text
