@@ -68,7 +68,7 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         if cfg is None:
             raise PolicylabError("PolicylabGRPOTrainer needs args=GRPOConfig(...) (the method sets args.beta)")
         _check_args(m, cfg, kwargs.get("rollout_func"))
-        if m.p.get("L_norm", 1) is None:
+        if "L_norm" in m.p and m.p["L_norm"] is None:  # Dr. GRPO's documented default: the generation budget
             m = m.with_params({**(method_params or {}), "L_norm": float(cfg.max_completion_length)})
         m.check_run(RunShape(group_size=cfg.num_generations, epochs=cfg.num_iterations))
         kl = [s for s in m.active("addend") if "logp_ref" in s.reads]

@@ -397,7 +397,7 @@ def _regularizers(name: str) -> list[str]:
 
     p = get(name).p
     out = []
-    if p.get("kl_coef", 0) > 0:
+    if "kl_coef" in p and p["kl_coef"] > 0:
         est = _VERL_KL[p["kl_estimator"]]
         if p["kl_placement"] == "loss":
             out.append(f"the method's KL in the loss (β={p['kl_coef']}, {p['kl_estimator']}) is verl's: "
@@ -407,7 +407,7 @@ def _regularizers(name: str) -> list[str]:
             out.append(f"the method's KL in the reward (β={p['kl_coef']}, {p['kl_estimator']}) is verl's: "
                        f"algorithm.use_kl_in_reward=True algorithm.kl_ctrl.kl_coef={p['kl_coef']} "
                        f"algorithm.kl_penalty={est}")
-    if p.get("entropy_coef", 0) > 0:
+    if "entropy_coef" in p and p["entropy_coef"] > 0:
         out.append(f"entropy bonus: actor_rollout_ref.actor.entropy_coeff={p['entropy_coef']}")
     return out
 
