@@ -150,7 +150,11 @@ def test_two_process_data_parallel_update_equals_one_process(tmp_path, tiny_mode
                           str(_free_port()), script, str(tiny_model_dir), str(two), "4", "2", method],
                          env=env, timeout=900, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
-    assert "ROLLOUT 0" in run.stderr and "ROLLOUT 1" in run.stderr  # two ranks each generated their half
+    # the two ranks each generated for their half of the global batch
+    halves = [Path(f"{two}.rollout{rank}").read_text().split("\n")[:-1] for rank in (0, 1)]
+    assert len(halves[0]) == len(halves[1]) == 8, halves
+    assert sorted(halves[0] + halves[1]) == sorted(Path(f"{one}.rollout0").read_text().split("\n")[:-1])
+    assert not Path(f"{one}.rollout1").exists()
     a, b = load_file(str(one)), load_file(str(two))
     start = models.load_policy(str(tiny_model_dir))[0].state_dict()
     moved = 0.0

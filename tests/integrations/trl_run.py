@@ -25,7 +25,9 @@ def main(model_dir: str, out: str, per_device: int, accumulation: int, method: s
     ds = Dataset.from_list([{"prompt": p} for p in prompts])
 
     def rollout(batch_prompts, trainer):
-        print("ROLLOUT", trainer.accelerator.process_index, batch_prompts, file=sys.stderr, flush=True)
+        # each rank records the prompts it generated for (a file, not stderr: torchrun's ranks share one pipe)
+        with open(f"{out}.rollout{trainer.accelerator.process_index}", "a") as f:
+            f.write("\n".join(batch_prompts) + "\n")
         tok = trainer.processing_class
         ids = [tok(p)["input_ids"] for p in batch_prompts]
         comps = []
