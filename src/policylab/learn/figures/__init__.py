@@ -39,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import yaml
 
@@ -80,6 +80,8 @@ class Series:
     reference  a comparison curve (e.g. the host objective alone): drawn grey and dashed,
                kept once in an overlay
     xerr       scatter only: per point (low, high) drawn as a horizontal interval
+    group      overlays: the index of the method the series belongs to (one colour per
+               method, the line style tells its series apart)
     """
 
     label: dict
@@ -89,6 +91,7 @@ class Series:
     reference: bool = False
     markers: bool = False
     xerr: list | None = None
+    group: int | None = None
 
     def __post_init__(self):
         if self.kind not in ("line", "step", "scatter", "bar"):
@@ -145,7 +148,7 @@ class Figure:
     def fingerprint(self) -> str:
         return json.dumps({"d": self.data(), "c": self.caption, "t": self.title, "m": [
             [dataclasses.asdict(m) for m in p.marks] for p in self.panels], "l": [
-            [p.xlabel, p.ylabel, p.categories, p.ylim, [(s.reference, s.markers, s.xerr) for s in p.series]]
+            [p.xlabel, p.ylabel, p.categories, p.ylim, [(s.reference, s.markers, s.xerr, s.group) for s in p.series]]
             for p in self.panels]}, sort_keys=True, ensure_ascii=False)
 
 
@@ -422,7 +425,7 @@ def overlay(key: str | OverlayDef, *, path: Path | str | None = None) -> Figure:
         d = found[key]
     merged: list[Panel] | None = None
     sources: list[list[str]] = []
-    for name in d.methods:
+    for g, name in enumerate(d.methods):
         m = resolved(name)
         panels = _call(PanelRef(d.view, d.args), m, f"overlay {d.key}")
         if merged is None:
@@ -439,7 +442,7 @@ def overlay(key: str | OverlayDef, *, path: Path | str | None = None) -> Figure:
                         target.series.append(s)
                     continue
                 label = T(name) if len(own) == 1 else {lang: f"{name}: {s.label[lang]}" for lang in LANGS}
-                target.series.append(dataclasses.replace(s, label=label))
+                target.series.append(dataclasses.replace(s, label=label, group=g))
     for i, p in enumerate(merged or []):  # reference curves last, so each method keeps its colour across panels
         p.series.sort(key=lambda s: s.reference)
         p.source = "; ".join(dict.fromkeys(src[i] for src in sources))

@@ -71,15 +71,35 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
     return ticks if len(ticks) <= 7 else inside([10.0 ** d for d in decades])
 
 
-def _draw_panel(ax, p: Panel, pi: int, lang: str) -> None:
-    colour = 0
-    for si, s in enumerate(p.series):
-        sid = series_id(pi, si)
+def _style(p: Panel) -> list[tuple]:
+    """(colour, line style, width) per series: references grey and dashed; otherwise one
+    colour per series, or per method in an overlay (when a method has several series the
+    line style tells them apart; with one each, every other pair of methods is dashed so
+    curves that coincide stay visible)."""
+    counts: dict[int, int] = {}
+    for s in p.series:
+        if s.group is not None and not s.reference:
+            counts[s.group] = counts.get(s.group, 0) + 1
+    several = max(counts.values(), default=1) > 1
+    out, colour, within = [], 0, {}
+    for s in p.series:
         if s.reference:
-            c, ls, lw = REFERENCE, (0, (4, 2)), 1.2
+            out.append((REFERENCE, (0, (4, 2)), 1.2))
+            continue
+        if s.group is not None:
+            k = within.get(s.group, 0)
+            within[s.group] = k + 1
+            c, dash = s.group, k if several else s.group // 2
         else:
-            c, ls, lw = PALETTE[colour % len(PALETTE)], DASHES[(colour // 2) % len(DASHES)] if colour else "-", 1.6
+            c, dash = colour, colour // 2
             colour += 1
+        out.append((PALETTE[c % len(PALETTE)], DASHES[dash % len(DASHES)], 1.6))
+    return out
+
+
+def _draw_panel(ax, p: Panel, pi: int, lang: str) -> None:
+    for si, (s, (c, ls, lw)) in enumerate(zip(p.series, _style(p))):
+        sid = series_id(pi, si)
         label = s.label[lang]
         if s.kind == "bar":
             bars = ax.bar(s.x, s.y, width=0.62, color=c, label=label)

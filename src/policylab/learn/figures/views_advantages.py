@@ -60,7 +60,7 @@ def remax_advantages(method: Method, *, greedy=(0.0, 0.5, 1.0), points: int = 11
 
 
 @view("return_to_go")
-def return_to_go(method: Method, *, length: int = 12, rewards=(1.0, 0.0), ref_log_ratio: float = 0.5) -> list[Panel]:
+def return_to_go(method: Method, *, length: int = 12, rewards=(1.0, 0.0), ref_log_ratio: float = 2.0) -> list[Panel]:
     """REINFORCE++: token advantages along two responses whose every token has
     log π_old − log π_ref = `ref_log_ratio`: the method's KL-in-reward round stage, then
     its advantage stage (return-to-go, whitened over the batch); and the same with the
