@@ -63,14 +63,45 @@ def test_every_registered_method_has_a_definition():
     assert sorted(figures.definitions()) == methods.names()
 
 
-def test_a_method_registered_later_without_a_figure_fails_naming_the_file(monkeypatch):
-    new = dataclasses.replace(methods.get("grpo"), name="grpo_variant")
-    monkeypatch.setitem(methods.REGISTRY, "grpo_variant", new)
+def _skeleton(msg: str, name: str) -> str:
+    """The YAML the failure message proposes for `name`, dedented."""
+    block = msg.split(f"method {name!r} has no figure: write ")[1].split("\n    and replace")[0]
+    return "\n".join(line[6:] for line in block.splitlines()[1:]) + "\n"
+
+
+@pytest.mark.parametrize("base, derived, view", [
+    ("grpo", True, None),  # panels derived from the stages: the skeleton lists none
+    ("gmc", False, "group_mass"),  # nothing derivable: the skeleton names the view its family uses
+])
+def test_a_method_registered_later_without_a_figure_is_told_what_to_add(monkeypatch, tmp_path, base, derived, view):
+    name = f"{base}_variant"
+    monkeypatch.setitem(methods.REGISTRY, name, dataclasses.replace(methods.get(base), name=name))
     with pytest.raises(figures.FigureError) as err:
         figures.check_complete()
     msg = str(err.value)
-    assert "method 'grpo_variant' has no figure: write src/policylab/learn/figures/defs/grpo_variant.yaml" in msg
-    assert "docs/adding-a-method.md" in msg and msg.count("has no figure") == 1
+    assert f"method '{name}' has no figure: write src/policylab/learn/figures/defs/{name}.yaml with" in msg
+    assert msg.count("has no figure") == 1 and "docs/adding-a-method.md, step 5" in msg
+    assert f"tests/learn/test_figures.py -k {name}" in msg and f"explain {name} --plot" in msg
+    assert "@view(\"name\") in src/policylab/learn/figures/views_<kind>.py" in msg
+    skeleton = _skeleton(msg, name)
+    assert skeleton.startswith(f"method: {name}\n")
+    assert ("panels:" not in skeleton) == derived
+    if view:
+        assert f"- view: {view}" in skeleton
+    # pasted as it is, the placeholders are refused ...
+    defs = tmp_path / "defs"
+    shutil.copytree(figures.DEFS_DIR, defs)
+    (defs / f"{name}.yaml").write_text(skeleton, encoding="utf-8")
+    with pytest.raises(figures.FigureError, match=r"`en.caption` is still the placeholder") as err:
+        figures.check_complete(defs_dir=defs)
+    assert "`zh.caption` is still the placeholder" in str(err.value)
+    # ... and with the two captions written, the method has its figure
+    filled = skeleton.replace(figures.PLACEHOLDERS["en"], "What to look at.").replace(
+        figures.PLACEHOLDERS["zh"], "看这里。")
+    (defs / f"{name}.yaml").write_text(filled, encoding="utf-8")
+    figures.check_complete(defs_dir=defs)
+    fig = figures.figure(name, defs_dir=defs)
+    assert fig.panels and fig.caption == {"en": "What to look at.", "zh": "看这里。"}
 
 
 def test_site_build_fails_for_a_page_without_a_figure(tmp_path):

@@ -253,6 +253,8 @@ def _texts(raw: dict, where: str, fields: tuple, errors: list) -> dict:
             text = block.get(f)
             if not isinstance(text, str) or not text.strip():
                 errors.append(f"{where}: missing `{lang}.{f}` (empty or absent)")
+            elif text.strip() in PLACEHOLDERS.values():
+                errors.append(f"{where}: `{lang}.{f}` is still the placeholder of the template: say what to look at")
             elif lang == "zh" and not _has_cjk(text):
                 errors.append(f"{where}: `zh.{f}` has no Chinese characters (untranslated?): {text[:60]!r}")
             else:
@@ -305,6 +307,48 @@ def _where(defs_dir: Path, name: str) -> str:
         return str(defs_dir / f"{name}.yaml")
 
 
+PLACEHOLDERS = {"en": "<what to look at in the figure, in English>", "zh": "<同一句说明，用简体中文>"}
+
+
+def _family_views(method: Method, files: dict) -> list[str]:
+    """The views the figure files of other methods of the same family use (a hint)."""
+    out: list[str] = []
+    for other in methods.names():
+        if other == method.name or other not in files or methods.get(other).card.family != method.card.family:
+            continue
+        data = _load(files[other], [])
+        for p in (data or {}).get("panels") or []:
+            v = p.get("view") if isinstance(p, dict) else p
+            if isinstance(v, str) and v in VIEWS and v not in out:
+                out.append(v)
+        if data is not None and data.get("panels") is None:
+            out.extend(r.view for r in derived_panels(methods.get(other)) if r.view not in out)
+    return out
+
+
+def missing_message(name: str, defs_dir: Path, files: dict) -> str:
+    """What a method author adds for a method without a figure: the file, its content
+    (ready to paste), the views to choose from, and how to check it."""
+    m = methods.get(name)
+    path = _where(defs_dir, name)
+    derived = [r.view for r in derived_panels(m)]
+    lines = [f"method {name!r} has no figure: write {path} with", f"      method: {name}"]
+    if derived:
+        lines.append(f"      # no `panels`: derived from its stages as [{', '.join(derived)}]; list them only to change that")
+    else:
+        hint = _family_views(m, files)
+        lines += ["      panels:   # required: nothing can be derived from its stages (module doc of learn/figures)",
+                  f"        - view: {hint[0] if hint else 'VIEW'}"
+                  + (f"   # used by other {m.card.family} methods: {', '.join(hint)}" if hint else "")]
+    lines += [f"      en: {{caption: \"{PLACEHOLDERS['en']}\"}}", f"      zh: {{caption: \"{PLACEHOLDERS['zh']}\"}}",
+              "    and replace both captions (the placeholders are refused). Views: " + ", ".join(sorted(VIEWS)) + ";",
+              "    if none shows what the method does, register one with @view(\"name\") in "
+              "src/policylab/learn/figures/views_<kind>.py, calling the method's own stage or loss.",
+              f"    Check: .venv/bin/python -m pytest -q tests/learn/test_figures.py -k {name}; "
+              f".venv/bin/policylab explain {name} --plot /tmp/{name}.svg. Walk-through: docs/adding-a-method.md, step 5."]
+    return "\n".join(lines)
+
+
 def definitions(names: list[str] | None = None, *, defs_dir: Path | str | None = None,
                 complete: bool = True) -> dict[str, FigureDef]:
     """{method: FigureDef} for `names` (default: every registered method), validated.
@@ -320,8 +364,7 @@ def definitions(names: list[str] | None = None, *, defs_dir: Path | str | None =
     for name in wanted:
         if name not in files:
             if complete:
-                errors.append(f"method {name!r} has no figure: write {_where(defs_dir, name)} (a caption in en and zh; "
-                              "`panels` optional, see docs/adding-a-method.md, step 5)")
+                errors.append(missing_message(name, defs_dir, files))
             continue
         data = _load(files[name], errors)
         if data is None:
