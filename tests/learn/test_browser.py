@@ -207,6 +207,9 @@ def test_every_method_and_overlay_page_shows_a_loaded_figure_in_both_languages(b
     browser.execute_script("document.getElementById('figure').scrollIntoView()")
     _shot(browser, "method-figure-zh")
     browser.get((real_site / "index.html").as_uri() + "?lang=en")
+    # the index links every overlay page, and only those
+    linked = {a.get_attribute("data-href") for a in browser.find_elements(By.CSS_SELECTOR, "#overlays + ul a")}
+    assert linked == {p.name for p in pages if p.name.startswith("overlay-")}
     browser.find_element(By.CSS_SELECTOR, '#overlays + ul a[data-href="overlay-engine-corrections.html"]').click()
     assert "overlay-engine-corrections.html" in browser.current_url
     _check_figure(browser, "en")
