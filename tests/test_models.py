@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
-import time
 
 import pytest
 import torch
@@ -44,7 +43,7 @@ def test_session_tokenizer_is_smollm2(tokenizer):
     assert models.cached_tokenizer_dir() is not None
 
 
-def test_tokenizer_is_cached_once_then_loads_fast(monkeypatch, tmp_path, tokenizer):
+def test_tokenizer_is_parsed_once_then_loaded_from_the_cache(monkeypatch, tmp_path, tokenizer):
     monkeypatch.setenv("POLICYLAB_CACHE", str(tmp_path))
     calls = []
     # the GGUF parse itself (~5 s) ran for the session fixture; count calls instead
@@ -52,9 +51,8 @@ def test_tokenizer_is_cached_once_then_loads_fast(monkeypatch, tmp_path, tokeniz
     first = models.embedded_tokenizer()
     cached = tmp_path / models.TOKENIZER_DIRNAME
     assert calls == [1] and (cached / models.MARKER).is_file()
-    t0 = time.perf_counter()
     second = models.embedded_tokenizer()
-    assert time.perf_counter() - t0 < 1.0 and calls == [1]
+    assert calls == [1]  # the second load read the cache: no second GGUF parse
     ids = second("What is 2 + 3?")["input_ids"]
     assert ids == first("What is 2 + 3?")["input_ids"] and second.pad_token_id == 2
     assert [p.name for p in tmp_path.iterdir()] == [models.TOKENIZER_DIRNAME]  # no temp leftovers
@@ -109,10 +107,8 @@ def test_load_policy_from_local_dir(tiny_model_dir, tokenizer):
 
 def test_unknown_model_fails_fast_with_what_to_pass(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    t0 = time.perf_counter()
     with pytest.raises(ModelNotFoundError, match=r"cannot be found.*no hub access.*'embedded'"):
         models.load_policy("someone/not-a-local-model-xyz")
-    assert time.perf_counter() - t0 < 10
 
 
 def test_missing_pad_token_becomes_eos_with_a_note(tmp_path, tokenizer, caplog):
@@ -158,8 +154,9 @@ def test_materialize_load_and_generate_embedded(tmp_path, tokenizer):
     path = models.materialize_embedded(tmp_path / "smollm2")
     assert (path / "model.safetensors").is_file() and (path / models.MARKER).is_file()
     assert "quantization_config" not in (path / "config.json").read_text()
-    t0 = time.perf_counter()
-    assert models.materialize_embedded(path) == path and time.perf_counter() - t0 < 0.1
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    assert models.materialize_embedded(path) == path  # a complete directory is reused, not rewritten
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp
     model, tok = models.load_policy(str(path))
     assert getattr(model, "hf_quantizer", None) is None
     n = sum(p.numel() for p in model.parameters())
