@@ -262,8 +262,7 @@ def plan_from_dict(data: dict, *, source: str = "compare config") -> Plan:
     if base_cfg is not None and not problems:
         problems += _task_problems(plan, base_cfg)
     if problems:
-        listed = "; ".join(problems) if len(problems) == 1 else " ".join(f"({i}) {p}" for i, p in
-                                                                          enumerate(problems, 1))
+        listed = problems[0] if len(problems) == 1 else "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
         raise ConfigError(f"{source}: nothing was run: {listed}")
     _states(plan)
     return plan
@@ -395,7 +394,7 @@ def _task_problems(plan: Plan, cfg: RunConfig) -> list[str]:
             return [f"model {cfg.model!r} is neither 'embedded' nor a directory"]
         try:
             check_model_dir(cfg.model)
-        except PolicylabError as exc:
+        except (PolicylabError, FileNotFoundError) as exc:
             return [str(exc)]
     try:
         task = build_task(cfg.task, seed=cfg.seed)
