@@ -153,6 +153,7 @@ def test_bad_compare_configs_are_refused_before_any_run(tmp_path, tiny_model_dir
     _refused(tmp_path, {**good, "methods": [{"name": "dapo", "method_params": {"eps_hi": 0.3}}]},
              r"dapo: method `dapo` has no parameter `eps_hi`")
     _refused(tmp_path, {**good, "seeds": [0, 0]}, "distinct integers")
+    _refused(tmp_path, {**good, "report_dir": ""}, "`report_dir` must name a directory")
     _refused(tmp_path, {**good, "methodz": []}, r"unknown key `methodz`\. Did you mean: methods")
     # incompatible budgets
     _refused(tmp_path, {**good, "budget": {"steps": 2, "seconds": 60}}, "exactly one of steps, seconds, tokens")
@@ -233,6 +234,11 @@ def test_cli_compare(tmp_path, tiny_model_dir):
     assert (tmp_path / "cmp" / "compare.md").is_file()
     res = cli("compare", path, "--report-only")
     assert res.returncode == 0 and "1 of 1 runs" in res.stdout
+    # the report (not the run directories) can go elsewhere
+    other = write(tmp_path, {**data, "report_dir": str(tmp_path / "report")}, "other.yaml")
+    res = cli("compare", other, "--report-only")
+    assert res.returncode == 0 and "1 of 1 runs" in res.stdout, res.stderr
+    assert sorted(x.name for x in (tmp_path / "report").iterdir()) == ["compare.json", "compare.md", "curves.png"]
     bad = write(tmp_path, {**data, "methods": ["nope"]}, "bad.yaml")
     res = cli("compare", bad)
     assert res.returncode == 2

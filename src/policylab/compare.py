@@ -4,6 +4,7 @@ one run directory each, then one report.
 A compare config is YAML:
 
     out_dir: runs/compare-chain-sum     # runs/<label>-seed<s>/ per run, and the report
+    report_dir: benchmarks/results/compare_chain_sum  # optional: the report goes here instead
     methods:                            # names, or {name, label, method_params}
       - grpo
       - dr_grpo
@@ -44,7 +45,8 @@ the method's stage specs), budgets that are not comparable, and a task whose bas
 cannot be measured (no held-out split, eval.n < 1, a verifier that fails on or rejects
 the reference answers).
 
-The report (out_dir/compare.{json,md}, out_dir/curves.png): held-out accuracy ± standard
+The report (compare.{json,md} and curves.png in report_dir, default out_dir; the run
+directories hold checkpoints, the report directory only the report): held-out accuracy ± standard
 error at each evaluation, time to the target accuracy, sampled tokens per training
 second, peak memory, clip and correction diagnostics, the difference of each method's
 final accuracy from the first method's, and the learning curves of all methods.
@@ -65,7 +67,7 @@ from typing import Any
 
 from .config import ConfigError, RunConfig, config_from_dict, read_yaml
 
-TOP_KEYS = ("out_dir", "methods", "seeds", "budget", "target_accuracy", "common_method_params", "run")
+TOP_KEYS = ("out_dir", "report_dir", "methods", "seeds", "budget", "target_accuracy", "common_method_params", "run")
 BUDGET_KINDS = ("steps", "seconds", "tokens")
 DEFAULT_MAX_STEPS = 100_000
 # fields a stage may read that the trainer itself produces (the rest must be written by a stage)
@@ -106,6 +108,11 @@ class Plan:
     runs: list[PlannedRun]
     notes: list[str] = field(default_factory=list)
     task_describe: str = ""
+    report_dir: Path | None = None
+
+    @property
+    def report_to(self) -> Path:
+        return self.report_dir or self.out_dir
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -143,6 +150,11 @@ def plan_from_dict(data: dict, *, source: str = "compare config") -> Plan:
         out_dir = "."
     elif Path(out_dir).resolve() == Path.cwd().resolve():
         problems.append(f"`out_dir` {out_dir!r} is the current directory: give the comparison a directory of its own")
+    report_dir = data.get("report_dir")
+    if report_dir is not None and (not isinstance(report_dir, str) or not report_dir.strip()):
+        problems.append(f"`report_dir` must name a directory (or be left out: the report goes to out_dir), got "
+                        f"{report_dir!r}")
+        report_dir = None
 
     # ---- the shared run
     run = data.get("run", {})
@@ -258,7 +270,8 @@ def plan_from_dict(data: dict, *, source: str = "compare config") -> Plan:
             if seed == seeds[0]:
                 problems += _budget_problems(e.label, method, cfg, kind, value)
                 notes += _inert_note(e.label, spec, cfg)
-    plan = Plan(source, Path(out_dir), entries, seeds, kind or "steps", value or 0, target, runs, notes)
+    plan = Plan(source, Path(out_dir), entries, seeds, kind or "steps", value or 0, target, runs, notes,
+                report_dir=Path(report_dir) if report_dir else None)
     if base_cfg is not None and not problems:
         problems += _task_problems(plan, base_cfg)
     if problems:
@@ -547,8 +560,8 @@ def run_plan(plan: Plan, *, console=None) -> dict:
             progress.update(overall, completed=done_before + i + 1,
                             info=f"{done_before + i + 1}/{len(plan.runs)} done")
     report = write_report(plan)
-    console.print(f"report: {plan.out_dir / 'compare.md'}, {plan.out_dir / 'compare.json'}, "
-                  f"{plan.out_dir / 'curves.png'}")
+    console.print(f"report: {plan.report_to / 'compare.md'}, {plan.report_to / 'compare.json'}, "
+                  f"{plan.report_to / 'curves.png'}")
     return report
 
 
@@ -696,10 +709,11 @@ def build_report(plan: Plan) -> dict:
 
 def write_report(plan: Plan) -> dict:
     report = build_report(plan)
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
-    (plan.out_dir / "compare.json").write_text(json.dumps(report, indent=2))
-    plot_curves(report, plan.out_dir / "curves.png")
-    (plan.out_dir / "compare.md").write_text(to_markdown(report))
+    to = plan.report_to
+    to.mkdir(parents=True, exist_ok=True)
+    (to / "compare.json").write_text(json.dumps(report, indent=2))
+    plot_curves(report, to / "curves.png")
+    (to / "compare.md").write_text(to_markdown(report))
     return report
 
 
@@ -836,7 +850,7 @@ def compare(config: str | Path | Plan, *, report_only: bool = False, plan_only: 
         return {}
     if report_only:
         report = write_report(plan)
-        print(f"report: {plan.out_dir / 'compare.md'} ({report['runs_finished']} of {report['runs_planned']} runs)")
+        print(f"report: {plan.report_to / 'compare.md'} ({report['runs_finished']} of {report['runs_planned']} runs)")
         return report
     return run_plan(plan, console=console)
 
