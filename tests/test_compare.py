@@ -244,3 +244,18 @@ def test_cli_compare(tmp_path, tiny_model_dir):
     assert res.returncode == 2
     assert res.stderr.startswith("policylab: error: ") and "unknown method 'nope'" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["harder_task", "smoke_real"])
+def test_the_shipped_compare_configs_load(name, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "compare" / f"{name}.yaml"
+    monkeypatch.chdir(tmp_path)  # their run directories are relative: none exists here
+    plan = load_plan(path)
+    assert plan.runs and all(r.state == "new" for r in plan.runs)
+    assert plan.report_to.parts[:2] == ("benchmarks", "results") and plan.out_dir.parts[0] == "runs"
+    if name == "harder_task":
+        assert {r.method for r in plan.runs} == {"grpo", "dr_grpo", "dapo", "gspo", "cispo", "gppo", "rloo",
+                                                 "reinforce_pp_baseline", "vapo"}
+        assert len(plan.runs) == 18 and plan.seeds == [0, 1]
