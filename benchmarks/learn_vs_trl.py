@@ -91,7 +91,7 @@ class Clock:
 
     def evaluated(self, seconds: float) -> None:
         self.paused += seconds
-        while self.next <= self.train_seconds():
+        while self.every > 0 and self.next <= self.train_seconds():
             self.next += self.every
 
 

@@ -57,6 +57,13 @@ def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab |" in (tmp_path / "l.md").read_text()
 
 
+def test_learn_vs_trl_clock_without_a_schedule():
+    learn = _load("learn_vs_trl")
+    clock = learn.Clock(0.0)  # the base evaluation's clock: no schedule, never due
+    clock.evaluated(0.01)
+    assert not clock.due() and clock.paused == 0.01
+
+
 def test_learn_vs_trl_ratio_rules():
     learn = _load("learn_vs_trl")
 
