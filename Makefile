@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install install-verl browser-deps test test-all quickstart bench clean
+.PHONY: install install-verl browser-deps test test-all quickstart bench trl learn-vs-trl clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -82,7 +82,17 @@ clean:
 # dependency). torch is passed again so pip keeps the pinned CPU build; the check after
 # the install fails loudly if anything changed it.
 TRL := trl==1.16.0
-bench: install
+trl: install
 	$(BIN)/pip install -q $(TRL) $(TORCH)
 	$(BIN)/python -c "import sys, torch; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$(TORCH)'.split('==')[1] else f'torch changed to {torch.__version__}')"
+
+bench: trl
 	$(BIN)/python benchmarks/vs_trl.py
+
+# Learning speed against TRL: held-out accuracy against wall-clock for TRL's GRPOTrainer
+# and policylab's GRPO on the same task, prompts and settings, the same budget each; the
+# last line printed is time_to_trl_accuracy_ratio=. LEARN_ARGS passes options through
+# (e.g. make learn-vs-trl LEARN_ARGS="--task arith1_add_mul --budget-s 1200").
+LEARN_ARGS ?=
+learn-vs-trl: trl
+	$(BIN)/python benchmarks/learn_vs_trl.py $(LEARN_ARGS)

@@ -7,6 +7,7 @@
     policylab eval RUN_DIR [--n N] [--from step_N]      base vs trained on the held-out split
                      [--allow-imports]
     policylab convert-checkpoint RUN_DIR --i-trust-this-file   old pickle checkpoints -> safe format
+    policylab compare CONFIG.yaml [--plan] [--report-only]   methods x seeds on one task and budget, one report
     policylab methods [NAME]                            the methods table, or one method's card
     policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
     policylab explain NAME [--lang en|zh]               card, formula and live examples
@@ -49,6 +50,18 @@ def _train(args) -> int:
     # the user's own config: its modules are named, and allowed
     check_imports(cfg.task, args.config, allow=True, say=_note)
     train(cfg, overwrite=args.overwrite, config_path=args.config)
+    return 0
+
+
+def _compare(args) -> int:
+    from .compare import compare, load_plan
+    from .run import _note
+    from .taskrun import check_imports
+
+    plan = load_plan(args.config)
+    # the user's own config: its modules are named, and allowed
+    check_imports(plan.runs[0].cfg.task, args.config, allow=True, say=_note)
+    compare(plan, report_only=args.report_only, plan_only=args.plan)
     return 0
 
 
@@ -136,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--i-trust-this-file", action="store_true",
                    help="required: converting unpickles state.pt, which runs any code it contains")
     c.set_defaults(fn=_convert)
+    cp = sub.add_parser("compare", help="run methods x seeds on one model, task and budget; write one report")
+    cp.add_argument("config", help="a compare config (see policylab.compare)")
+    cp.add_argument("--plan", action="store_true", help="check the config and show the runs and their state; run nothing")
+    cp.add_argument("--report-only", action="store_true", help="write the report from the finished runs; run nothing")
+    cp.set_defaults(fn=_compare)
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)

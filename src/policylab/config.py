@@ -23,14 +23,24 @@ class ConfigError(PolicylabError):
     """A config key or value that cannot be used."""
 
 
+TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "gsm")
+ENGINE_DTYPES = ("fp32", "bf16", "int8", "int4")
+
+
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym
+    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym | gsm (reasoning-gym's GSM-Symbolic word problems)
     ops: tuple[str, ...] = ("+", "*")  # arithmetic: operations to draw from
     digits: int = 1  # arithmetic: digits per operand
     path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
     heldout_path: str = ""  # jsonl: held-out file (default: the last `eval.n` lines are not split off)
-    reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | module:function
+    dataset: str = ""  # reasoning_gym: the dataset name (reasoning_gym.factory.DATASETS, e.g. chain_sum)
+    dataset_config: dict[str, Any] = field(default_factory=dict)  # reasoning_gym / gsm: keyword arguments of the dataset's config
+    extract: str = "answer_tag"  # reasoning_gym: what of the reply the dataset's scorer reads: answer_tag (last <answer> tag, else the reply) | last_number
+    prompt_suffix: str = ""  # reasoning_gym / gsm: text appended to every question (e.g. " Reply with only the number.")
+    heldout_fraction: float = 0.5  # arithmetic / reasoning_gym / gsm: share of problems held out (split by a hash of the problem)
+    split_seed: int = 0  # arithmetic / reasoning_gym / gsm: seed of the split (keep it to compare runs on one held-out set)
+    reward: str = "auto"  # the verifier (outcome = correctness): auto (the task's own: exact_numeric; reasoning_gym: dataset; gsm: math_verify) | exact_numeric | math_verify | dataset (reasoning-gym's score_answer) | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
 
@@ -44,7 +54,8 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling; 1.0 = off
     top_k: int = 0  # top-k sampling; 0 = off
     engine: str = "auto"  # auto (fast when the model is Llama-architecture, else hf) | fast (own decode loop) | hf (HF generate)
-    engine_dtype: str = "fp32"  # fp32 | bf16: bf16 makes the behavior engine differ from training (real mismatch)
+    engine_dtype: str = "fp32"  # fp32 | bf16 | int8 | int4: anything but fp32 makes the behavior engine differ from training (real mismatch); int8 / int4 sample from weight-quantized copies (FastEngine)
+    engine_quant_group: int = 32  # int8 / int4 engines: input weights sharing one scale per output row (0 = one scale per row)
     max_refill_rounds: int = 4  # dynamic sampling: extra generation rounds before training a smaller batch
     staleness: int = 0  # async mode: rollouts sampled at version v are trained at v + staleness
 
@@ -68,6 +79,8 @@ class TrainConfig:
     critic_lr: float = 1e-5  # learning rate of the critic (value head + backbone copy) of methods that have one
     skip_nonfinite: bool = True  # skip (and log) an optimizer step whose loss or grads are non-finite
     shared_prefix: bool = True  # compute each distinct prompt once per minibatch (same gradient; see policylab.prefix)
+    budget_seconds: float = 0.0  # > 0: also stop once training wall-clock (evaluations excluded) reaches this; train.steps is the cap
+    budget_tokens: int = 0  # > 0: also stop once this many response tokens were sampled for training; train.steps is the cap
 
 
 @dataclass
@@ -243,7 +256,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]"),
         (r.top_k >= 0, "rollout.top_k must be >= 0"),
         (r.engine in ("auto", "fast", "hf"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf"),
-        (r.engine_dtype in ("fp32", "bf16"), "rollout.engine_dtype must be fp32 or bf16"),
+        (r.engine_dtype in ENGINE_DTYPES, f"rollout.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}"),
+        (r.engine_quant_group >= 0, "rollout.engine_quant_group must be >= 0 (0 = one scale per output row)"),
         (r.staleness >= 0, "rollout.staleness must be >= 0"),
         (t.steps >= 0, "train.steps must be >= 0"),
         (t.lr >= 0, "train.lr must be >= 0"),
@@ -254,7 +268,11 @@ def validate(cfg: RunConfig) -> RunConfig:
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
-        (cfg.task.name in ("arithmetic", "jsonl", "reasoning_gym"), f"task.name {cfg.task.name!r} is not one of arithmetic, jsonl, reasoning_gym"),
+        (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
+        (isinstance(cfg.task.dataset_config, dict), "task.dataset_config must be a mapping of the dataset's config keys"),
+        (0 < cfg.task.heldout_fraction < 1, "task.heldout_fraction must be in (0, 1)"),
+        (t.budget_seconds >= 0 and t.budget_tokens >= 0, "train.budget_seconds and train.budget_tokens must be >= 0"),
+        (not (t.budget_seconds and t.budget_tokens), "give train.budget_seconds or train.budget_tokens, not both"),
     ]
     for ok, msg in checks:
         if not ok:

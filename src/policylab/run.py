@@ -124,15 +124,69 @@ def _remove_previous(run_dir: Path, names: list[str]) -> None:
             p.unlink()
 
 
+def _instrument(trainer: Trainer) -> None:
+    """Count what the run samples for training and record the prompts it draws, in the
+    run state the checkpoints carry (so both continue across resumes):
+
+    run_state["sampled_tokens"]  response tokens the rollout backend produced for training
+                                 (every generate request, refills included, and greedy
+                                 decodes; held-out evaluation samples through the engine
+                                 directly and is not counted)
+    run_state["prompt_digests"]  the first 12 hex digits of sha256(prompt) of every training
+                                 prompt drawn, in order: runs of different methods with the
+                                 same seed and task draw the same stream (checked by
+                                 `policylab compare`)
+    """
+    import hashlib
+
+    rollout, task = trainer.rollout, trainer.task
+    generate, greedy, next_train = rollout.generate, rollout.greedy, task.next_train
+
+    def add_tokens(n: int) -> None:
+        trainer.run_state["sampled_tokens"] = int(trainer.run_state.get("sampled_tokens", 0)) + int(n)
+
+    def counted_generate(*args, **kwargs):
+        batch = generate(*args, **kwargs)
+        add_tokens(int(batch.loss_mask.sum()))
+        return batch
+
+    def counted_greedy(*args, **kwargs):
+        out = greedy(*args, **kwargs)
+        add_tokens(sum(len(x) for x in out))
+        return out
+
+    def recorded_next_train(n: int):
+        examples = next_train(n)
+        digests = trainer.run_state.setdefault("prompt_digests", [])
+        digests.extend(hashlib.sha256(e.prompt.encode()).hexdigest()[:12] for e in examples)
+        return examples
+
+    rollout.generate, rollout.greedy, task.next_train = counted_generate, counted_greedy, recorded_next_train
+
+
+def budget_reached(cfg: RunConfig, run_state: dict) -> str | None:
+    """Which budget of train.budget_seconds / train.budget_tokens the run has used up
+    (None: neither). train.steps is checked by the loop itself."""
+    t = cfg.train
+    if t.budget_seconds and float(run_state.get("elapsed_s", 0.0)) >= t.budget_seconds:
+        return "budget_seconds"
+    if t.budget_tokens and int(run_state.get("sampled_tokens", 0)) >= t.budget_tokens:
+        return "budget_tokens"
+    return None
+
+
 def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool = False,
           config_path: str | Path | None = None, from_checkpoint: str | None = None,
-          changes: dict | None = None) -> dict:
+          changes: dict | None = None, on_step=None) -> dict:
     """Train (or, with `resume`, continue) the run `cfg` describes, evaluate, report.
 
     A fresh run refuses a run_dir holding a previous run unless `overwrite` (see
     `check_new_run_dir`). Before step 1: the run directory is checked writable with room
     for one checkpoint, stray temporary checkpoint directories are removed. Ctrl-C raises
-    RunInterrupted, whose message names the step, the last checkpoint and how to resume."""
+    RunInterrupted, whose message names the step, the last checkpoint and how to resume.
+    The run ends after train.steps steps, or earlier when train.budget_seconds of
+    training wall-clock or train.budget_tokens sampled tokens are used up (report
+    "stopped_by"). `on_step(trainer, metrics)` is called after every logged step."""
     console = console or _console()
     run_dir = Path(cfg.run_dir)
     previous = [] if resume else check_new_run_dir(cfg, overwrite=overwrite, config_path=config_path)
@@ -149,6 +203,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
     for name in clean_stray(run_dir):
         _note(f"removed {run_dir / 'checkpoints' / name}, left by an interrupted checkpoint write")
     trainer = Trainer(cfg, console=console)
+    _instrument(trainer)
     if previous:
         _remove_previous(run_dir, previous)
         _note(f"--overwrite: removed the previous run's {', '.join(previous)} from {run_dir}")
@@ -181,7 +236,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
             report["base"] = _eval(trainer, "base", console)
             log.event(event="eval", at_step=0, **{f"eval/{k}": v for k, v in report["base"].items()})
             _write_report(report_path, report)
-        _loop(trainer, log, console)
+        _loop(trainer, log, console, on_step)
         # every part of the run counts: the parts up to the checkpoint resumed from + this one
         report["train_seconds"] = trainer.run_state["train_seconds"]
         report["train_seconds_parts"] = trainer.run_state["train_seconds_parts"]
@@ -189,7 +244,10 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
         if cfg.eval.after and cfg.eval.n > 0:
             report["trained"] = _eval(trainer, "trained", console)
             log.event(event="eval", at_step=trainer.step, **{f"eval/{k}": v for k, v in report["trained"].items()})
-        report.update(method=cfg.method, model=cfg.model, steps=trainer.step, policy_version=trainer.policy_version)
+        report.update(method=cfg.method, model=cfg.model, steps=trainer.step, policy_version=trainer.policy_version,
+                      stopped_by=budget_reached(cfg, trainer.run_state) or "steps",
+                      sampled_tokens=int(trainer.run_state.get("sampled_tokens", 0)),
+                      prompt_digests=list(trainer.run_state.get("prompt_digests", [])))
         if changes:
             report.setdefault("resume_changes", []).append(
                 {"at_step": resumed_at, **{k: [a, b] for k, (a, b) in changes.items()}})
@@ -304,7 +362,7 @@ def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allo
     return train(cfg, resume=True, console=console, from_checkpoint=from_checkpoint, changes=changes)
 
 
-def _loop(trainer: Trainer, log: RunLog, console) -> None:
+def _loop(trainer: Trainer, log: RunLog, console, on_step=None) -> None:
     cfg = trainer.cfg
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -327,7 +385,7 @@ def _loop(trainer: Trainer, log: RunLog, console) -> None:
     account()
     with progress:
         task = progress.add_task("train", total=cfg.train.steps, completed=trainer.step, stats="")
-        while trainer.step < cfg.train.steps:
+        while trainer.step < cfg.train.steps and budget_reached(cfg, rs) is None:
             try:
                 m = trainer.train_step()
             except NonFiniteError as exc:
@@ -335,11 +393,14 @@ def _loop(trainer: Trainer, log: RunLog, console) -> None:
                 raise
             step = trainer.step
             m["time/elapsed_s"] = elapsed0 + time.perf_counter() - t0 - t_eval  # training wall time (evaluations excluded)
-            if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.train.steps:
+            rs["elapsed_s"] = m["time/elapsed_s"]
+            last = step >= cfg.train.steps or budget_reached(cfg, rs) is not None  # the final evaluation follows
+            if cfg.eval.every and step % cfg.eval.every == 0 and not last:
                 te = time.perf_counter()
                 ev = trainer.evaluate(f"step{step}")
                 t_eval += time.perf_counter() - te
                 m.update({f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))})
+            m["rollout/sampled_tokens_total"] = int(rs.get("sampled_tokens", 0))
             log.log(step, m)
             stats = (
                 f"reward {m.get('reward/mean', float('nan')):.3f}  acc {m.get('accuracy', float('nan')):.3f}  "
@@ -347,8 +408,9 @@ def _loop(trainer: Trainer, log: RunLog, console) -> None:
             )
             progress.update(task, completed=step, stats=stats)
             account()
-            rs["elapsed_s"] = m["time/elapsed_s"]
-            if cfg.log.checkpoint_every and step % cfg.log.checkpoint_every == 0 and step < cfg.train.steps:
+            if on_step is not None:
+                on_step(trainer, m)
+            if cfg.log.checkpoint_every and step % cfg.log.checkpoint_every == 0 and not last:
                 trainer.save()
             if cfg.log.plot_every and step % cfg.log.plot_every == 0:
                 write_plots(trainer.run_dir)

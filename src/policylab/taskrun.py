@@ -83,24 +83,66 @@ def _reward_fn(name: str):
         return rewards.exact_numeric_reward
     if name == "math_verify":
         return rewards.math_verify_reward
-    raise ConfigError(f"task.reward {name!r} is not one of exact_numeric, math_verify")
+    raise ConfigError(f"task.reward {name!r} is not one of auto, exact_numeric, math_verify, dataset, module:function")
+
+
+# the verifier `task.reward: auto` stands for, per task
+AUTO_REWARD = {"arithmetic": "exact_numeric", "jsonl": "exact_numeric", "reasoning_gym": "dataset",
+               "gsm": "math_verify"}
+# reasoning-gym's GSM-Symbolic: GSM8K problems as templates whose names and numbers are re-drawn
+GSM_DATASET = "gsm_symbolic"
+
+
+def verifier_name(cfg: TaskConfig) -> str:
+    """The verifier a task config scores with (`auto` resolved)."""
+    return AUTO_REWARD.get(cfg.name, "exact_numeric") if cfg.reward == "auto" else cfg.reward
 
 
 def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
-    reward = _reward_fn(cfg.reward)
+    reward_name = verifier_name(cfg)
+    if reward_name == "dataset" and cfg.name not in ("reasoning_gym", "gsm"):
+        raise ConfigError(f"task.reward=dataset is the scorer of a reasoning-gym dataset; task {cfg.name!r} has none "
+                          "(use exact_numeric, math_verify or module:function)")
     if cfg.name == "arithmetic":
         from .tasks.arithmetic import ArithmeticTask
 
-        t = ArithmeticTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed)
+        reward = _reward_fn(reward_name)
+        t = ArithmeticTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed, heldout_fraction=cfg.heldout_fraction,
+                           split_seed=cfg.split_seed)
+        size = t.heldout_size()
         return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
                           t.load_state_dict, f"arithmetic {'/'.join(cfg.ops)}, {cfg.digits} digit(s); "
-                          f"{t.heldout_size()} distinct held-out problems")
+                          + (f"{size} distinct held-out problems" if size is not None else "held-out problems sampled"))
     if cfg.name == "jsonl":
-        return _jsonl_source(cfg, reward, seed)
-    if cfg.name == "reasoning_gym":
-        raise ConfigError("task.name=reasoning_gym: use the adapter in policylab.tasks.reasoning_gym from Python; "
-                          "the trainer config path for it is not wired yet")
+        return _jsonl_source(cfg, _reward_fn(reward_name), seed)
+    if cfg.name in ("reasoning_gym", "gsm"):
+        return _reasoning_gym_source(cfg, reward_name, seed)
     raise ConfigError(f"unknown task {cfg.name!r}")
+
+
+def _reasoning_gym_source(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
+    from .errors import PolicylabError
+    from .tasks.reasoning_gym import ReasoningGymTask
+
+    dataset = cfg.dataset
+    if cfg.name == "gsm":
+        if dataset not in ("", GSM_DATASET):
+            raise ConfigError(f"task.name=gsm is reasoning-gym's {GSM_DATASET}; task.dataset={dataset!r} names another "
+                              "dataset (use task.name=reasoning_gym for it)")
+        dataset = GSM_DATASET
+    elif not dataset:
+        raise ConfigError("task.name=reasoning_gym needs task.dataset, a reasoning-gym dataset name (e.g. chain_sum, "
+                          "basic_arithmetic, leg_counting)")
+    try:
+        t = ReasoningGymTask(dataset, seed=seed, config=cfg.dataset_config, heldout_fraction=cfg.heldout_fraction,
+                             split_seed=cfg.split_seed, prompt_suffix=cfg.prompt_suffix, extract=cfg.extract)
+    except PolicylabError as exc:
+        raise ConfigError(f"task {cfg.name}: {exc}") from None
+    reward = t.score if reward_name == "dataset" else _reward_fn(reward_name)
+    label = "reasoning-gym " + dataset + (f" {cfg.dataset_config}" if cfg.dataset_config else "")
+    return TaskSource(t.train_prompts, t.heldout, reward, t.state_dict, t.load_state_dict,
+                      f"{label}, scored by {reward_name if reward_name != 'dataset' else 'its own scorer'}; "
+                      f"held-out: {cfg.heldout_fraction:.0%} of problems by question hash (split seed {cfg.split_seed})")
 
 
 def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:

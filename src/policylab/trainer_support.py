@@ -89,17 +89,24 @@ def _build_engine(model, tokenizer, rcfg):
     """rollout.engine: "fast" (FastEngine; refuses non-Llama models), "hf" (HF generate),
     "auto" (FastEngine when it supports the model, else HFEngine). engine_dtype "bf16":
     FastEngine keeps a bf16 weight copy (re-synced when the weights change), HFEngine
-    runs under bf16 autocast; either way a behavior engine that differs from training."""
+    runs under bf16 autocast; either way a behavior engine that differs from training.
+    engine_dtype "int8" / "int4": FastEngine with a weight-quantized copy (FastEngine only)."""
     from .engines.fast import FastEngine, UnsupportedModel
     from .engines.hf import HFEngine
 
     bf16 = rcfg.engine_dtype == "bf16"
+    quant = rcfg.engine_dtype if rcfg.engine_dtype in ("int8", "int4") else None
+    if quant and rcfg.engine == "hf":
+        raise ConfigError(f"rollout.engine_dtype={quant} (a weight-quantized behavior engine) is a FastEngine "
+                          "setting: use rollout.engine=fast or auto (Llama-architecture models)")
     if rcfg.engine in ("fast", "auto"):
         try:
+            if quant:
+                return FastEngine(model, tokenizer, weights=quant, quant_group=rcfg.engine_quant_group)
             return FastEngine(model, tokenizer, dtype=torch.bfloat16 if bf16 else None)
         except UnsupportedModel as exc:
-            if rcfg.engine == "fast":
-                raise ConfigError(f"rollout.engine 'fast': {exc}") from exc
+            if rcfg.engine == "fast" or quant:
+                raise ConfigError(f"rollout.engine {rcfg.engine!r} with engine_dtype={rcfg.engine_dtype}: {exc}") from exc
     if bf16:
         return HFEngine(model, tokenizer, engine_name="hf-bf16", autocast_dtype=torch.bfloat16)
     return HFEngine(model, tokenizer, engine_name="hf-fp32")

@@ -39,6 +39,13 @@ Two ways to draw (`sampler`):
   forwards round their probabilities alike (tested on a tiny model); drawing B x V
   exponentials costs ~30 ms per step at B = 32 on the reference CPU.
 
+`weights="int8"` / `"int4"` keeps a weight-quantized copy instead (`engines.quant`: symmetric
+round-to-nearest with one absmax scale per `quant_group` input weights of each output row;
+linears, embedding and output head; norms as they are), rebuilt at the start of every
+call like the bf16 copy, and decodes in the model's dtype on it: a behavior engine
+("fast-int8-g32", "fast-int4-g32") whose weights really differ from the learner's, used
+only to sample. `logp_behavior` is the quantized model's log-prob of the drawn token.
+
 `dtype=torch.bfloat16` keeps a bf16 copy of the weights (rebuilt from the current weights
 at the start of every `generate` / `greedy` call) and runs the decoder in
 bf16: a DIFFERENT behavior engine ("fast-bf16"), whose log-probs differ from the fp32
@@ -75,6 +82,9 @@ class FastEngine(HFEngine):
                  "hf": torch.multinomial's draw over all B rows, the same tokens as HFEngine
                  for the same seed (costs B x V exponential draws per step: ~30 ms at B=32)
     compact_min  compact the cache once at least this fraction of its rows is finished
+    weights      None: the model's weights; "int8" / "int4": sample from a weight-quantized copy
+                 ("fast-int8-g32" ...), see the module doc
+    quant_group  input weights per quantization scale (0: one scale per output row)
     """
 
     def __init__(
@@ -87,6 +97,8 @@ class FastEngine(HFEngine):
         eos_token_id: int | Sequence[int] | None = None,
         sampler: str = "cdf",
         compact_min: float = 0.125,
+        weights: str | None = None,
+        quant_group: int = 32,
     ):
         own = next(model.parameters()).dtype
         if dtype not in (None, own, torch.bfloat16):
@@ -99,12 +111,27 @@ class FastEngine(HFEngine):
             raise ValueError(f"`sampler` must be 'cdf' or 'hf', got {sampler!r}")
         if not 0.0 < compact_min <= 1.0:
             raise ValueError(f"`compact_min` must be in (0, 1], got {compact_min}")
-        name = engine_name or "fast-" + _DTYPE_NAMES.get(torch.bfloat16 if copy else own, str(own))
-        super().__init__(model, tokenizer, engine_name=name, eos_token_id=eos_token_id)
+        quant = None
+        if weights is not None:
+            from .quant import BITS
+
+            if weights not in BITS:
+                raise ValueError(f"`weights` must be None or one of {', '.join(BITS)}, got {weights!r}")
+            if copy:
+                raise ValueError("`weights` (a quantized copy) and dtype=torch.bfloat16 (a bf16 copy) exclude each other")
+            if isinstance(quant_group, bool) or not isinstance(quant_group, int) or quant_group < 0:
+                raise ValueError(f"`quant_group` must be an int >= 0 (0 = one scale per row), got {quant_group!r}")
+            quant = (BITS[weights], quant_group)
+        if quant is not None:
+            default = f"fast-{weights}-" + (f"g{quant_group}" if quant_group else "row")
+        else:
+            default = "fast-" + _DTYPE_NAMES.get(torch.bfloat16 if copy else own, str(own))
+        super().__init__(model, tokenizer, engine_name=engine_name or default, eos_token_id=eos_token_id)
         self.dtype = torch.bfloat16 if copy else own
+        self.weights, self.quant_group = weights, quant_group
         self.sampler = sampler
         self.compact_min = compact_min
-        self._net = LlamaDecoder(model, copy)  # refuses unsupported architectures now
+        self._net = LlamaDecoder(model, copy, quant)  # refuses unsupported architectures now
 
     # ------------------------------------------------------------------------------
     def generate(

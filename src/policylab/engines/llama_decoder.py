@@ -27,7 +27,10 @@ class LlamaDecoder:
     over a preallocated cache tensor [2, layers, rows, kv_heads, S, head_dim]
     (keys then values; one index_select on dim 2 compacts every layer's rows)."""
 
-    def __init__(self, model: torch.nn.Module, copy: bool):
+    def __init__(self, model: torch.nn.Module, copy: bool, quant: tuple[int, int] | None = None):
+        """copy: keep a bf16 copy of the weights and compute in bf16; quant = (bits, group):
+        keep a weight-quantized copy (`engines.quant.fake_quantize`: linears, embedding and
+        output head; norms as they are) and compute in the model's dtype on it."""
         cfg = getattr(model, "config", None)
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -40,7 +43,9 @@ class LlamaDecoder:
         rope = cfg.rope_parameters if hasattr(cfg, "rope_parameters") else {}
         if (rope or {}).get("rope_type", "default") == "dynamic":
             raise UnsupportedModel("FastEngine does not implement dynamic RoPE scaling; use HFEngine")
-        self.model, self.decoder, self.head, self.copy = model, decoder, head, copy
+        if quant is not None:
+            copy = True
+        self.model, self.decoder, self.head, self.copy, self.quant = model, decoder, head, copy, quant
         self.layers = list(decoder.layers)
         a0 = self.layers[0].self_attn
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -54,9 +59,21 @@ class LlamaDecoder:
                 for lin in _linears(layer):
                     if type(lin) is not torch.nn.Linear:
                         raise UnsupportedModel(
-                            f"FastEngine(dtype=bf16) needs plain torch.nn.Linear projections, found "
-                            f"{type(lin).__module__}.{type(lin).__name__} (e.g. LoRA): use the model's own dtype"
+                            f"FastEngine with a {'quantized' if quant else 'bf16'} weight copy needs plain "
+                            f"torch.nn.Linear projections, found {type(lin).__module__}.{type(lin).__name__} "
+                            "(e.g. LoRA): use the model's own weights"
                         )
+            if quant is not None:
+                from .quant import fake_quantize
+
+                bits, group = quant
+                widths = {lin.weight.shape[1] for layer in self.layers for lin in _linears(layer)}
+                widths |= {decoder.embed_tokens.weight.shape[1], head.weight.shape[1]}
+                bad = sorted(w for w in widths if group and w % group)
+                if bad:
+                    raise UnsupportedModel(f"quantization group {group} does not divide the input width(s) {bad} "
+                                           "of this model; choose a group that does (or 0: one scale per row)")
+                self._fake_quantize = lambda w: fake_quantize(w, bits, group)
 
     # ---- weights ---------------------------------------------------------------------
     def refresh(self) -> None:
@@ -67,14 +84,20 @@ class LlamaDecoder:
         weights while `logp_behavior` claimed the current version."""
         if not self.copy:
             return
-        bf = torch.bfloat16
-        w = {"embed": self.decoder.embed_tokens.weight.to(bf), "head": self.head.weight.to(bf),
-             "norm": self.decoder.norm.weight.to(bf), "layers": []}
+        if self.quant is not None:  # integer-grid weights, norms and biases as they are
+            mat, vec = (lambda t: self._fake_quantize(t.detach())), (lambda t: t.detach())
+        else:
+            bf = torch.bfloat16
+            mat = vec = (lambda t: t.detach().to(bf))
+        embed = mat(self.decoder.embed_tokens.weight)
+        tied = self.head.weight is self.decoder.embed_tokens.weight
+        w = {"embed": embed, "head": embed if tied else mat(self.head.weight),
+             "norm": vec(self.decoder.norm.weight), "layers": []}
         for layer in self.layers:
-            w["layers"].append({name: (lin.weight.to(bf), None if lin.bias is None else lin.bias.to(bf))
+            w["layers"].append({name: (mat(lin.weight), None if lin.bias is None else vec(lin.bias))
                                 for name, lin in zip(_NAMES, _linears(layer))}
-                               | {"ln1": layer.input_layernorm.weight.to(bf),
-                                  "ln2": layer.post_attention_layernorm.weight.to(bf)})
+                               | {"ln1": vec(layer.input_layernorm.weight),
+                                  "ln2": vec(layer.post_attention_layernorm.weight)})
         self._w = w
 
     def _lin(self, i: int, layer, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +114,7 @@ class LlamaDecoder:
 
     @property
     def compute_dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.copy else self.decoder.embed_tokens.weight.dtype
+        return torch.bfloat16 if self.copy and self.quant is None else self.decoder.embed_tokens.weight.dtype
 
     # ---- cache and rotary ---------------------------------------------------------------
     def new_cache(self, B: int, S: int, device) -> torch.Tensor:

@@ -102,3 +102,11 @@ def reward_vectors(completions: Sequence[str], answers: Sequence, dimensions: Se
     _check(completions, answers)
     fns = [DIMENSIONS[d] for d in dimensions]
     return torch.tensor([[f(r, a) for f in fns] for r, a in zip(completions, answers)], dtype=torch.float64)
+
+
+# What these judges need of a task: they read the gold answer as a number. A method whose
+# stages call one of them can only be fed by a task with numeric gold answers
+# (`policylab compare` checks it before any run starts).
+NEEDS_NUMERIC_GOLD = "numeric gold answers"
+numeric_interval.task_needs = NEEDS_NUMERIC_GOLD
+reward_vectors.task_needs = NEEDS_NUMERIC_GOLD

@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 from ..errors import PolicylabError
 from .arithmetic import PROMPT, ArithmeticTask
-from .example import Example, as_messages
+from .example import Example, Gold, as_messages
 from .jsonl import load_jsonl
-from .reasoning_gym import answer_tag_or_reply, load_reasoning_gym
+from .reasoning_gym import ReasoningGymTask, answer_tag_or_reply, load_reasoning_gym
 
 TASKS: dict[str, Callable[..., Any]] = {
     "arithmetic": ArithmeticTask,
@@ -37,6 +37,8 @@ __all__ = [
     "TASKS",
     "get_task",
     "Example",
+    "Gold",
+    "ReasoningGymTask",
     "as_messages",
     "ArithmeticTask",
     "PROMPT",

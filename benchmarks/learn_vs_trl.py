@@ -1,0 +1,413 @@
+"""Learning speed against TRL: held-out accuracy against training wall-clock, TRL 1.16.0's
+GRPOTrainer and policylab's GRPO, each for the same wall-clock budget.
+
+    make learn-vs-trl                             # installs trl==1.16.0 into .venv, runs this
+    .venv/bin/python benchmarks/learn_vs_trl.py [--task arith2_add] [--budget-s 900] [--eval-every-s 150]
+
+Both sides: the same model (fp32 weights, fp32 training), the same task and the same
+training prompts in the same order (the task's training stream of --seed, as
+`policylab train` draws it; TRL reads them from a dataset in that order,
+shuffle_dataset=False), the same group size, prompts per step, max new tokens,
+temperature 1, learning rate (constant), AdamW betas, grad-norm clip 1.0, no reference
+model (TRL beta=0), GRPO with group-standardized advantages, PPO clip 0.2, one optimizer
+step per batch, per-sequence token mean, the same micro-batch; the TRL settings are
+benchmarks/vs_trl.py's (its docstring says which differ from TRL's defaults, and why).
+
+One held-out evaluator for both: policylab's (`policylab.evaluate`, the task's held-out
+split and verifier, one sample per prompt at T = 1, the same seed at every evaluation),
+run on each side's current weights with the FastEngine, outside the timed training. The
+evaluations happen at the first step end after every --eval-every-s seconds of training
+(and at 0 s, and at the end), so both sides are measured at matching wall-clock points.
+Each side trains until its training wall-clock (evaluations excluded) reaches
+--budget-s, in its own subprocess (peak RSS its own). Tasks: the candidates of
+benchmarks/base_accuracy.py (--task NAME).
+
+Result: accuracy against time for both sides, and
+
+    A_trl    TRL's accuracy at its last evaluation
+    t_trl    the time of TRL's first evaluation at or above A_trl
+    t_pl     the time of policylab's first evaluation at or above A_trl
+    time_to_trl_accuracy_ratio = t_trl / t_pl   (> 1: policylab reaches TRL's final accuracy sooner)
+
+If policylab never reaches A_trl within the budget, the ratio is bounded: "<t_trl/budget"
+is printed. If A_trl is not above the base accuracy (TRL did not learn), the ratio is
+"nan". The last line printed is `time_to_trl_accuracy_ratio=...`. Writes
+benchmarks/results/learn_vs_trl.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+RESULTS = HERE.parent / "results"
+SIDES = ("trl", "policylab")
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(HERE.parent))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(HERE.parent))
+
+
+def task_section(name: str) -> tuple[dict, int]:
+    cands = _bench("base_accuracy").CANDIDATES
+    if name not in cands:
+        raise SystemExit(f"unknown --task {name!r}; choose from {', '.join(cands)}")
+    return cands[name]
+
+
+def build(a):
+    from policylab.config import TaskConfig
+    from policylab.taskrun import build_task
+
+    section, _ = task_section(a.task)
+    cfg = TaskConfig()
+    for k, v in section.items():
+        setattr(cfg, k, tuple(v) if isinstance(getattr(cfg, k), tuple) else v)
+    return cfg, build_task(cfg, seed=a.seed)
+
+
+class Clock:
+    """Training wall-clock with the evaluations taken out, and the evaluation schedule."""
+
+    def __init__(self, every: float):
+        self.every, self.t0, self.paused, self.next = every, time.perf_counter(), 0.0, every
+
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self.t0 - self.paused
+
+    def due(self) -> bool:
+        return self.every > 0 and self.train_seconds() >= self.next
+
+    def evaluated(self, seconds: float) -> None:
+        self.paused += seconds
+        while self.every > 0 and self.next <= self.train_seconds():
+            self.next += self.every
+
+
+def heldout(model, tokenizer, a, task, reward) -> dict:
+    from policylab.engines.fast import FastEngine
+    from policylab.evaluate import evaluate
+
+    vs = _bench("vs_trl")
+    ex = task.heldout(a.eval_n)
+    prompts = [vs._encode(tokenizer, e.prompt) for e in ex]
+    was = model.training
+    model.eval()
+    res = evaluate(FastEngine(model, tokenizer), prompts, [e.answer for e in ex], reward, temperature=1.0,
+                   max_new_tokens=a.max_new_tokens, batch_size=50, seed=a.seed + 999)
+    model.train(was)
+    return {k: res[k] for k in ("accuracy", "accuracy_stderr", "mean_length", "n_prompts")}
+
+
+def _eval_point(points, clock, step, model, tokenizer, a, task, reward, side):
+    t_train = clock.train_seconds()
+    t0 = time.perf_counter()
+    res = heldout(model, tokenizer, a, task, reward)
+    clock.evaluated(time.perf_counter() - t0)
+    points.append({"seconds": t_train, "step": step, **res, "eval_s": time.perf_counter() - t0})
+    print(f"[{side}] {t_train:7.1f} s  step {step:4d}  held-out accuracy {res['accuracy']:.3f} "
+          f"± {res['accuracy_stderr']:.3f}", flush=True)
+
+
+# ------------------------------------------------------------------------ workers
+def worker_policylab(a) -> dict:
+    import torch
+
+    from policylab.config import config_from_dict
+    from policylab.trainer import Trainer
+
+    section, _ = task_section(a.task)
+    tcfg, task = build(a)
+    cfg = config_from_dict({
+        "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
+        "task": section,
+        "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
+                    "temperature": 1.0, "engine": "fast"},
+        "train": {"steps": a.max_steps, "lr": a.lr, "micro_batch_size": a.micro_batch, "grad_clip": 1.0},
+        "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
+        "run_dir": tempfile.mkdtemp(prefix="learn_vs_trl_policylab_"),
+    })
+    trainer = Trainer(cfg)
+    reward = trainer.task.reward_fn
+    points: list[dict] = []
+    seen: list[str] = []
+    next_train = trainer.task.next_train
+
+    def recorded(n):
+        out = next_train(n)
+        seen.extend(e.prompt for e in out)
+        return out
+
+    trainer.task.next_train = recorded
+    clock = Clock(a.eval_every_s)
+    _eval_point(points, clock, 0, trainer.model, trainer.tokenizer, a, task, reward, a.worker)
+    steps = []
+    while clock.train_seconds() < a.budget_s and trainer.step < a.max_steps:
+        m = trainer.train_step()
+        steps.append({"step_s": m["time/step_s"], "reward": m.get("reward/mean")})
+        if clock.due():
+            _eval_point(points, clock, trainer.step, trainer.model, trainer.tokenizer, a, task, reward, a.worker)
+    if points[-1]["step"] != trainer.step:
+        _eval_point(points, clock, trainer.step, trainer.model, trainer.tokenizer, a, task, reward, a.worker)
+    vs = _bench("vs_trl")
+    return {"side": a.worker, "engine": trainer.engine.engine_name, "points": points, "steps": steps,
+            "train_seconds": clock.train_seconds(), "peak_rss_mb": vs.peak_rss_mb(),
+            "threads": torch.get_num_threads(), "prompts_seen": seen}
+
+
+def worker_trl(a) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    vs = _bench("vs_trl")
+    _, task = build(a)
+    reward_fn = task.reward_fn
+    _, stream = build(a)  # a second copy of the stream: the training prompts, in order
+    examples = stream.next_train(a.prompts * a.max_steps)
+    by_prompt = {e.prompt: e.answer for e in examples}  # the task's answers (they may carry the entry)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "key": e.prompt} for e in examples])
+    seen: list[str] = []
+    steps: list[dict] = []
+
+    def reward(prompts, completions, key, **kwargs):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        for k in key:
+            if not seen or seen[-1] != k:
+                seen.append(k)
+        r = [float(x) for x in reward_fn(texts, [by_prompt[k] for k in key])]
+        steps.append({"reward": sum(r) / len(r)})
+        return r
+
+    points: list[dict] = []
+    clock_box: dict = {}
+
+    class Timed(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
+            clock_box["clock"] = Clock(a.eval_every_s)
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            clock = clock_box["clock"]
+            if clock.train_seconds() >= a.budget_s:
+                control.should_training_stop = True
+            elif clock.due():
+                _eval_point(points, clock, state.global_step, model, trainer.processing_class, a, task, reward_fn,
+                            a.worker)
+            return control
+
+    G, B = a.group, a.prompts * a.group
+    if B % a.micro_batch:
+        raise SystemExit(f"--micro-batch {a.micro_batch} must divide {B}")
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="learn_vs_trl_trl_"), use_cpu=True, bf16=False, fp16=False,
+        per_device_train_batch_size=a.micro_batch, gradient_accumulation_steps=B // a.micro_batch,
+        num_generations=G, max_completion_length=a.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=a.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0, beta=0.0, loss_type="grpo",
+        scale_rewards="group", num_iterations=1, epsilon=0.2, max_steps=a.max_steps, logging_steps=1,
+        report_to="none", save_strategy="no", gradient_checkpointing=False,
+        seed=a.seed, data_seed=a.seed, shuffle_dataset=False, dataloader_num_workers=0,
+        remove_unused_columns=False, disable_tqdm=True, log_completions=False,
+    )
+    trainer = GRPOTrainer(model=vs.model_dir(a.model), reward_funcs=[reward], args=cfg, train_dataset=ds,
+                          callbacks=[Timed()])
+    # base accuracy at 0 s, before the clock starts (it starts at on_train_begin)
+    base_clock = Clock(0.0)
+    _eval_point(points, base_clock, 0, trainer.model, trainer.processing_class, a, task, reward_fn, a.worker)
+    points[0]["seconds"] = 0.0
+    trainer.train()
+    clock = clock_box["clock"]
+    step = trainer.state.global_step
+    if points[-1]["step"] != step:
+        _eval_point(points, clock, step, trainer.model, trainer.processing_class, a, task, reward_fn, a.worker)
+    return {"side": a.worker, "engine": "trl-transformers-generate", "points": points, "steps": steps,
+            "train_seconds": clock.train_seconds(), "peak_rss_mb": vs.peak_rss_mb(),
+            "threads": torch.get_num_threads(), "prompts_seen": seen}
+
+
+# ------------------------------------------------------------------------ parent
+def run_worker(side: str, argv: list[str]) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               WANDB_DISABLED="true", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
+    load = os.getloadavg()[0]
+    cmd = [sys.executable, str(HERE), "--worker", side, "--worker-out", path, *argv]
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode:
+        raise SystemExit(f"the {side} worker failed (exit {proc.returncode}): {' '.join(cmd)}")
+    res = json.loads(Path(path).read_text())
+    Path(path).unlink()
+    res["load_before"], res["load_after"] = round(load, 2), round(os.getloadavg()[0], 2)
+    return res
+
+
+def time_to(points: list[dict], level: float) -> float | None:
+    for p in points:
+        if p["accuracy"] >= level:
+            return p["seconds"]
+    return None
+
+
+def ratio(results: dict, budget: float) -> dict:
+    trl, pl = results["trl"]["points"], results["policylab"]["points"]
+    a_trl, base = trl[-1]["accuracy"], trl[0]["accuracy"]
+    out = {"trl_final_accuracy": a_trl, "trl_base_accuracy": base}
+    if a_trl <= base:
+        return {**out, "value": None, "text": "nan", "why": "TRL's final accuracy is not above its base accuracy"}
+    t_trl, t_pl = time_to(trl, a_trl), time_to(pl, a_trl)
+    out.update(t_trl=t_trl, t_policylab=t_pl)
+    if t_pl is None:
+        return {**out, "value": None, "text": f"<{t_trl / budget:.3f}",
+                "why": "policylab did not reach TRL's final accuracy within the budget (upper bound t_trl / budget)"}
+    if t_pl == 0:
+        return {**out, "value": None, "text": "nan", "why": "policylab's base accuracy is already at TRL's final one"}
+    return {**out, "value": t_trl / t_pl, "text": f"{t_trl / t_pl:.3f}", "why": ""}
+
+
+def plot(results: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for side, r in results.items():
+        xs = [p["seconds"] for p in r["points"]]
+        ys = [p["accuracy"] for p in r["points"]]
+        se = [p["accuracy_stderr"] for p in r["points"]]
+        line, = ax.plot(xs, ys, marker="o", ms=3, label=side)
+        ax.fill_between(xs, [y - s for y, s in zip(ys, se)], [y + s for y, s in zip(ys, se)],
+                        color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("training wall-clock (s, evaluations excluded)")
+    ax.set_ylabel("held-out accuracy (T = 1)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def to_markdown(report: dict) -> str:
+    R = report["sides"]
+    lines = ["# Learning speed: policylab GRPO vs TRL GRPOTrainer, same wall-clock budget", "",
+             f"Command: `{report['command']}`  ", f"Machine: {report['machine']}; trl {report.get('trl_version')}  ",
+             f"Configuration: {report['config']}", "", "| side | training s | steps | held-out accuracy at (s) | "
+             "peak RSS (MB) | load before / after |", "|---|---:|---:|---|---:|---|"]
+    for side, r in R.items():
+        pts = ", ".join(f"{100 * p['accuracy']:.1f}% ({p['seconds']:.0f})" for p in r["points"])
+        lines.append(f"| {side} | {r['train_seconds']:.0f} | {r['points'][-1]['step']} | {pts} | "
+                     f"{r['peak_rss_mb']:.0f} | {r['load_before']} / {r['load_after']} |")
+    if "same_prompts" in report:
+        lines += ["", f"Same training prompts in the same order (over the prompts both sides drew): "
+                      f"{report['same_prompts']}."]
+    rt = report.get("ratio")
+    if rt:
+        lines += ["", f"TRL's final accuracy {100 * rt['trl_final_accuracy']:.1f}% (base "
+                      f"{100 * rt['trl_base_accuracy']:.1f}%); reached by TRL at {rt.get('t_trl')} s, by policylab at "
+                      f"{rt.get('t_policylab')} s. {rt['why']}", "",
+                  f"**time_to_trl_accuracy_ratio = {rt['text']}** (t_trl / t_policylab: > 1 means policylab reaches "
+                  "TRL's final accuracy sooner)"]
+    lines += ["", "![accuracy against wall-clock](learn_vs_trl.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--task", default="arith2_add", help="a candidate of benchmarks/base_accuracy.py")
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=900.0, help="training wall-clock per side (evaluations excluded)")
+    ap.add_argument("--eval-every-s", type=float, default=150.0)
+    ap.add_argument("--eval-n", type=int, default=200)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the task candidate's")
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--max-steps", type=int, default=2000, help="step cap (the wall-clock budget ends the runs)")
+    ap.add_argument("--sides", default="trl,policylab")
+    ap.add_argument("--out", default=str(RESULTS / "learn_vs_trl"), help="results path without suffix ('' = none)")
+    ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.max_new_tokens is None:
+        a.max_new_tokens = task_section(a.task)[1]
+    return a
+
+
+def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parse(argv)
+    if a.worker:
+        res = (worker_trl if a.worker == "trl" else worker_policylab)(a)
+        Path(a.worker_out).write_text(json.dumps(res))
+        return res
+    import importlib.util
+
+    passthrough, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in ("--out", "--sides"):
+            skip = True
+        elif not x.startswith(("--out=", "--sides=")):
+            passthrough.append(x)
+    sides = [s for s in a.sides.split(",") if s]
+    bad = [s for s in sides if s not in SIDES]
+    if bad:
+        raise SystemExit(f"unknown side(s) {bad}; choose from {SIDES}")
+    have_trl = importlib.util.find_spec("trl") is not None
+    if "trl" in sides and not have_trl:
+        print("trl is not installed: skipping the TRL side (make learn-vs-trl installs trl==1.16.0)", flush=True)
+        sides = [s for s in sides if s != "trl"]
+    results = {s: run_worker(s, passthrough) for s in sides}
+    _, task = build(a)
+    vs = _bench("vs_trl")
+    report = {
+        "command": "python benchmarks/learn_vs_trl.py " + " ".join(argv), "machine": vs.machine(),
+        "trl_version": __import__("trl").__version__ if have_trl else None, "task": task.describe,
+        "config": (f"task {a.task} ({task.describe}); {a.prompts} prompts x {a.group} samples per step, <= "
+                   f"{a.max_new_tokens} new tokens, temperature 1, lr {a.lr} constant, micro-batch {a.micro_batch}, "
+                   f"seed {a.seed}, fp32; budget {a.budget_s:g} s of training per side, evaluated every "
+                   f"{a.eval_every_s:g} s on {a.eval_n} held-out prompts"),
+        "sides": results,
+    }
+    if len(results) == 2:
+        seen = [results[s]["prompts_seen"] for s in SIDES]
+        n = min(len(x) for x in seen)
+        report["same_prompts"] = n > 0 and seen[0][:n] == seen[1][:n]
+        report["ratio"] = ratio(results, a.budget_s)
+    for s, r in results.items():
+        r["prompts_seen"] = len(r["prompts_seen"])
+        print(f"{s:10s} " + "  ".join(f"{p['seconds']:.0f}s:{p['accuracy']:.3f}" for p in r["points"]))
+    if a.out and results:
+        out = Path(a.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2))
+        plot(results, out.with_suffix(".png"), report["config"][:120])
+        md = to_markdown(report).replace("learn_vs_trl.png", out.with_suffix(".png").name)
+        out.with_suffix(".md").write_text(md)
+    if "ratio" in report:
+        rt = report["ratio"]
+        print(f"time_to_trl_accuracy_s: trl={rt.get('t_trl')} policylab={rt.get('t_policylab')} "
+              f"(TRL final accuracy {rt['trl_final_accuracy']:.3f}) {rt['why']}".rstrip())
+        print(f"time_to_trl_accuracy_ratio={rt['text']}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

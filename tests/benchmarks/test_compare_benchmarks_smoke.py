@@ -1,0 +1,123 @@
+"""Smoke tests, on the tiny random model, of the benchmark scripts of the method
+comparison: base accuracy of candidate tasks, learning speed against TRL (the policylab
+half; the TRL half needs trl, `make learn-vs-trl`), off-policy stress."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_base_accuracy_tiny(tmp_path, tiny_model_dir):
+    base = _load("base_accuracy")
+    res = base.main(["--model", str(tiny_model_dir), "--n", "4", "--only", "arith2_add", "chain_sum_3x1",
+                     "--out", str(tmp_path / "b")])
+    assert set(res) == {"arith2_add", "chain_sum_3x1"}
+    for r in res.values():
+        assert r["n_prompts"] == 4 and 0 <= r["accuracy"] <= 1 and r["distinct_prompts"] == 4
+    assert res["chain_sum_3x1"]["verifier"] == "dataset" and res["arith2_add"]["verifier"] == "exact_numeric"
+    md = (tmp_path / "b.md").read_text()
+    assert "| arith2_add | arithmetic digits=2 ops=+ | exact_numeric | 16 |" in md
+    with pytest.raises(SystemExit, match="unknown candidate"):
+        base.main(["--only", "nope", "--out", ""])
+
+
+def _learn_args(model_dir, out, sides="policylab"):
+    return ["--model", str(model_dir), "--task", "arith2_add", "--budget-s", "3", "--eval-every-s", "1",
+            "--eval-n", "4", "--prompts", "2", "--group", "2", "--max-new-tokens", "4", "--micro-batch", "4",
+            "--sides", sides, "--out", str(out)]
+
+
+def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
+    learn = _load("learn_vs_trl")
+    report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l"))
+    side = report["sides"]["policylab"]
+    pts = side["points"]
+    assert pts[0]["seconds"] == pytest.approx(0.0, abs=0.5) and pts[0]["step"] == 0
+    assert len(pts) >= 2 and [p["seconds"] for p in pts] == sorted(p["seconds"] for p in pts)
+    assert side["train_seconds"] >= 3 and pts[-1]["step"] >= 1
+    assert side["prompts_seen"] == 2 * pts[-1]["step"]  # the task's stream, 2 prompts per step
+    assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab |" in (tmp_path / "l.md").read_text()
+
+
+def test_learn_vs_trl_clock_without_a_schedule():
+    learn = _load("learn_vs_trl")
+    clock = learn.Clock(0.0)  # the base evaluation's clock: no schedule, never due
+    clock.evaluated(0.01)
+    assert not clock.due() and clock.paused == 0.01
+
+
+def test_learn_vs_trl_ratio_rules():
+    learn = _load("learn_vs_trl")
+
+    def side(*pairs):
+        return {"points": [{"seconds": s, "accuracy": acc} for s, acc in pairs]}
+
+    # TRL: 0.1 -> 0.3 (first at 0.3 at 200 s); policylab reaches 0.3 at 100 s: ratio 2
+    r = learn.ratio({"trl": side((0, 0.1), (100, 0.2), (200, 0.3), (300, 0.3)),
+                     "policylab": side((0, 0.1), (100, 0.35), (300, 0.4))}, budget=300)
+    assert r["value"] == 2.0 and r["text"] == "2.000"
+    # policylab never reaches it: an upper bound t_trl / budget
+    r = learn.ratio({"trl": side((0, 0.1), (150, 0.3)), "policylab": side((0, 0.1), (300, 0.2))}, budget=300)
+    assert r["value"] is None and r["text"] == "<0.500"
+    # TRL did not learn: no ratio
+    r = learn.ratio({"trl": side((0, 0.2), (300, 0.2)), "policylab": side((0, 0.2), (300, 0.5))}, budget=300)
+    assert r["text"] == "nan"
+
+
+@pytest.mark.slow  # TRL import and trainer set-up; runs with `make test-all` when trl is installed
+def test_learn_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
+    pytest.importorskip("trl")
+    learn = _load("learn_vs_trl")
+    report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l", "trl,policylab"))
+    assert report["same_prompts"] is True
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("time_to_trl_accuracy_ratio=")
+
+
+def test_offpolicy_stress_tiny(tmp_path, tiny_model_dir):
+    stress = _load("offpolicy_stress")
+    # a reward with mixed outcomes on a random model, so that updates happen and staleness is real
+    task = json.dumps({"name": "arithmetic", "digits": 1, "reward": "trainer_utils:parity_reward"})
+    report = stress.main(["--model", str(tiny_model_dir), "--task", task, "--steps", "5", "--eval-n", "4",
+                          "--prompts", "2", "--group", "4", "--micro-batch", "4", "--max-new-tokens", "4",
+                          "--lr", "1e-3", "--levels", "onpolicy,int4+stale1-mb2",
+                          "--methods", "grpo,tis,gmc,missing_old_logits", "--smoke", "--out", str(tmp_path / "s")])
+    assert report["corrections_level"] == "int4+stale1-mb2"
+    assert set(report["runs"]) == {"grpo@onpolicy", "grpo@int4+stale1-mb2", "tis@int4+stale1-mb2",
+                                   "gmc@int4+stale1-mb2", "missing_old_logits@int4+stale1-mb2"}
+    stressed = report["runs"]["grpo@int4+stale1-mb2"]
+    d = stressed["diagnostics"]
+    # the int4 engine differs from the fp32 learner
+    assert d["engine/kl_k3"] > 0 and 0 < d["engine/ess"] <= 1
+    # step 1 only fills the queue; every later step trains the batch sampled one step earlier, which
+    # is 2 versions behind (1 step x 2 minibatches) when the step in between updated (the first
+    # trained batch is 0 behind): the mean lag is positive and the total mismatch adds staleness
+    assert stressed["versions_behind_mean"] > 0
+    assert d["total/kl_k3"] > d["engine/kl_k3"]
+    assert report["runs"]["grpo@onpolicy"]["diagnostics"] == {}  # one engine, one update: nothing to measure
+    assert "correction/tis/frac_capped" in report["runs"]["tis@int4+stale1-mb2"]["correction_diagnostics"]
+    md = (tmp_path / "s.md").read_text()
+    assert "smoke run" in md and "| int4+stale1-mb2 |" in md
+    assert json.loads((tmp_path / "s.json").read_text())["verdict"] == report["verdict"]
+    with pytest.raises(SystemExit, match="unknown level part"):
+        stress.main(["--levels", "onpolicy,int9", "--out", ""])
+    with pytest.raises(SystemExit, match="unknown --task"):
+        stress.main(["--task", "nope", "--out", ""])
