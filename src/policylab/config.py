@@ -23,14 +23,19 @@ class ConfigError(PolicylabError):
     """A config key or value that cannot be used."""
 
 
+TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "menu_arithmetic", "two_turn_arithmetic")
+
+
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym
-    ops: tuple[str, ...] = ("+", "*")  # arithmetic: operations to draw from
-    digits: int = 1  # arithmetic: digits per operand
+    # arithmetic | jsonl | reasoning_gym | menu_arithmetic (pick the option label; needs reward
+    # menu_label) | two_turn_arithmetic (a two-turn dialogue for methods with a multi-turn source)
+    name: str = "arithmetic"
+    ops: tuple[str, ...] = ("+", "*")  # arithmetic, menu_arithmetic: operations to draw from
+    digits: int = 1  # arithmetic, menu_arithmetic, two_turn_arithmetic: digits per operand
     path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
     heldout_path: str = ""  # jsonl: held-out file (default: the last `eval.n` lines are not split off)
-    reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | module:function
+    reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | menu_label | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
 
@@ -254,7 +259,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
-        (cfg.task.name in ("arithmetic", "jsonl", "reasoning_gym"), f"task.name {cfg.task.name!r} is not one of arithmetic, jsonl, reasoning_gym"),
+        (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
     ]
     for ok, msg in checks:
         if not ok:

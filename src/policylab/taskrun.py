@@ -83,7 +83,11 @@ def _reward_fn(name: str):
         return rewards.exact_numeric_reward
     if name == "math_verify":
         return rewards.math_verify_reward
-    raise ConfigError(f"task.reward {name!r} is not one of exact_numeric, math_verify")
+    if name == "menu_label":
+        from .tasks.menu import menu_label_reward
+
+        return menu_label_reward
+    raise ConfigError(f"task.reward {name!r} is not one of exact_numeric, math_verify, menu_label")
 
 
 def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
@@ -97,10 +101,32 @@ def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
                           f"{t.heldout_size()} distinct held-out problems")
     if cfg.name == "jsonl":
         return _jsonl_source(cfg, reward, seed)
+    if cfg.name in ("menu_arithmetic", "two_turn_arithmetic"):
+        return _turn_and_menu_source(cfg, reward, seed)
     if cfg.name == "reasoning_gym":
         raise ConfigError("task.name=reasoning_gym: use the adapter in policylab.tasks.reasoning_gym from Python; "
                           "the trainer config path for it is not wired yet")
     raise ConfigError(f"unknown task {cfg.name!r}")
+
+
+def _turn_and_menu_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
+    """The menu task (the answer is an option label: task.reward=menu_label) and the
+    two-turn dialogue (examples carry their follow-up turns for a multi-turn source)."""
+    if cfg.name == "menu_arithmetic":
+        from .tasks.menu import MenuArithmeticTask
+
+        if cfg.reward in ("exact_numeric", "math_verify"):
+            raise ConfigError(f"task.name=menu_arithmetic answers with an option label, which task.reward="
+                              f"{cfg.reward} cannot score: set task.reward=menu_label")
+        t = MenuArithmeticTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed)
+        what = f"menu arithmetic {'/'.join(cfg.ops)}, {cfg.digits} digit(s), labels {'/'.join(t.labels)}"
+    else:
+        from .tasks.dialogue import TwoTurnArithmeticTask
+
+        t = TwoTurnArithmeticTask(digits=cfg.digits, seed=seed)
+        what = f"two-turn arithmetic, {cfg.digits} digit(s)"
+    return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict, t.load_state_dict,
+                      f"{what}; {t.heldout_size()} distinct held-out problems")
 
 
 def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
