@@ -83,7 +83,7 @@ def episode_weights(episode_id: torch.Tensor, episode_len: torch.Tensor) -> torc
         raise PolicylabError("the decisions of one episode carry different episode lengths")
     L = episode_len.double()
     L_bar = L[first].mean()
-    return (L_bar / L).to(torch.float32 if not episode_len.is_floating_point() else episode_len.dtype)
+    return (L_bar / L).to(torch.float64 if not episode_len.is_floating_point() else episode_len.dtype)
 
 
 def _first_index(ids: torch.Tensor):

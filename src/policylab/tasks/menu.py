@@ -80,14 +80,14 @@ class MenuArithmeticTask:
         self.arith.load_state_dict({k: v for k, v in state.items() if k != "labels"})
 
 
-_LEAD = re.compile(r"^\s*\(?([A-Z])(?![A-Za-z])")
+_LEAD = re.compile(r"^\s*\(?([A-Z])(?:$|[).:,\]])")
 _ANY = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 
 
 def chosen_label(reply: str) -> str | None:
-    """The label a free-text reply picks: a leading standalone capital letter ("B",
-    "B) 7", "(B)"), else the last standalone capital letter in the reply ("the answer is
-    B"); None if there is none."""
+    """The label a free-text reply picks: a leading capital letter alone or closed by
+    ")", ".", ":", "," or "]" ("B", "B) 7", "(B)"), else the last standalone capital letter
+    in the reply ("I think B" gives B); None if there is none."""
     m = _LEAD.match(reply)
     if m:
         return m.group(1)
