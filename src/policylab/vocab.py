@@ -17,7 +17,8 @@ Both need only three running quantities over the vocabulary: lse(z), lse(z_ref) 
 p-weighted sums S = Σ p_v z_v, R = Σ p_v z_ref,v. They are accumulated one vocabulary
 block at a time with the usual online rescaling (when the running lse(z) grows from a to
 b, the partial sums are multiplied by e^(a−b)), so one pass over the vocabulary suffices
-and the largest live tensor is [position_chunk, vocab_chunk]. Accumulators are fp64.
+and the largest live tensor is [position_chunk, vocab_chunk]. Block math runs in the compute
+dtype (fp32, or fp64 for fp64 input); the running sums are fp64.
 
 Truncated samplers (top-k / top-p) are refused: the reference can put zero mass where the
 policy does not, and the KL of two truncated distributions is not what these methods
@@ -34,8 +35,8 @@ from .errors import PolicylabError, ShapeError
 
 __all__ = ["head_stats", "response_hidden", "DEFAULT_POSITION_CHUNK", "DEFAULT_VOCAB_CHUNK"]
 
-DEFAULT_POSITION_CHUNK = 64
-DEFAULT_VOCAB_CHUNK = 8192
+DEFAULT_POSITION_CHUNK = 512
+DEFAULT_VOCAB_CHUNK = 4096
 
 
 def _check(sampling: SamplingSettings, position_chunk: int, vocab_chunk: int) -> None:
@@ -55,6 +56,14 @@ def _block_logits(h: torch.Tensor, weight: torch.Tensor, bias, softcap, temperat
     if softcap is not None:
         z = torch.tanh(z / softcap) * softcap
     return z / temperature
+
+
+def _block_lse(z: torch.Tensor):
+    """(logsumexp over the last dim in fp64 [n], e^(z − max) [n, v], max [n]); written out
+    because torch.logsumexp is several times slower than these three passes on CPU."""
+    m = z.amax(-1)
+    w = torch.exp(z - m.unsqueeze(-1))
+    return m.double() + torch.log(w.sum(-1).double()), w, m
 
 
 def _head_parts(head, allowed_ids: tuple[int, ...]):
@@ -114,15 +123,15 @@ def head_stats(hidden: torch.Tensor, head, mask: torch.Tensor, *, sampling: Samp
         for v0 in range(0, V, vocab_chunk):
             z = _block_logits(h, W[v0: v0 + vocab_chunk].to(f), None if b is None else b[v0: v0 + vocab_chunk],
                               softcap, T)
-            new = torch.logaddexp(lse, torch.logsumexp(z, -1).double())
-            scale = torch.exp(lse - new)  # 0 on the first block (lse = -inf)
-            w = torch.exp(z.double() - new.unsqueeze(-1))
-            S = S * scale + (w * z.double()).sum(-1)
+            lse_b, w, m_b = _block_lse(z)  # w = e^(z − m_b), block math in the compute dtype
+            new = torch.logaddexp(lse, lse_b)
+            scale, shift = torch.exp(lse - new), torch.exp(m_b.double() - new)  # scale = 0 on the first block
+            S = S * scale + (w * z).sum(-1).double() * shift
             if with_ref:
                 zr = _block_logits(hr, Wr[v0: v0 + vocab_chunk].to(f),
                                    None if br is None else br[v0: v0 + vocab_chunk], ref_softcap, T)
-                R = R * scale + (w * zr.double()).sum(-1)
-                lse_r = torch.logaddexp(lse_r, torch.logsumexp(zr, -1).double())
+                R = R * scale + (w * zr).sum(-1).double() * shift
+                lse_r = torch.logaddexp(lse_r, _block_lse(zr)[0])
             lse = new
         ent[s: s + n] = lse - S
         if with_ref:
