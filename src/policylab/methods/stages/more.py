@@ -10,6 +10,7 @@ import torch
 
 from ... import advantages as A
 from ..._checks import masked_mean
+from ...advantages.verdict import verdict_polarity
 from ...batch import RolloutBatch, SamplingSettings
 from ...errors import MissingQuantityError, PolicylabError
 from ...objectives import conspo as conspo_k
@@ -194,7 +195,7 @@ def conspo_round(batch: RolloutBatch, ctx: StageContext):
 
 def _verdict(batch: RolloutBatch, threshold: float) -> torch.Tensor:
     batch.require("verdicts", "outcome.correct")
-    return batch.outcome["correct"].double() >= threshold
+    return verdict_polarity(batch.outcome["correct"], threshold) > 0
 
 
 def zcpo_drift(batch: RolloutBatch, ctx: StageContext):
@@ -319,9 +320,9 @@ RLID_ROUND = Stage("round", rlid_round, kernels=(rlid_k.marginal_coefficients, r
 def verdict(batch: RolloutBatch, ctx: StageContext) -> Advantages:
     """±1 per response from the verifier's raw outcome: +1 iff outcome["correct"] >=
     `verdict_threshold` (inclusive). ConSPO reads positives from it, tlm-DRE polarities."""
-    v = _verdict(batch, ctx.p.verdict_threshold)
-    adv = torch.where(v, 1.0, -1.0).to(torch.float32)
-    return Advantages(adv, info={"positive_frac": float(v.double().mean())})
+    batch.require("verdicts", "outcome.correct")
+    adv = verdict_polarity(batch.outcome["correct"], ctx.p.verdict_threshold)
+    return Advantages(adv, info={"positive_frac": float((adv > 0).double().mean())})
 
 
 def zcpo(batch: RolloutBatch, ctx: StageContext) -> Advantages:
@@ -360,7 +361,8 @@ def erpo(batch: RolloutBatch, ctx: StageContext) -> Advantages:
     return Advantages(a * batch.extras["erpo_weight"].to(a.dtype), info=A.group_stats(r, batch.group))
 
 
-VERDICT = Stage("advantage", verdict, params=("verdict_threshold",), reads=("outcome.correct",))
+VERDICT = Stage("advantage", verdict, kernels=(verdict_polarity,), params=("verdict_threshold",),
+                reads=("outcome.correct",))
 ZCPO = Stage("advantage", zcpo, kernels=(zcpo_k.zcpo_coefficients,), params=("drift_coef", "std"),
              reads=("rewards", "group", "extras.zcpo_kl"))
 STARE = Stage("advantage", stare, kernels=(A.grpo, stare_k.stare_reweight),
