@@ -28,6 +28,10 @@ def _level(v) -> str | None:
     return None if 0.0 <= v <= 1.0 else "must be in [0, 1]"
 
 
+def _at_least_one(v) -> str | None:
+    return None if v >= 1.0 else "must be >= 1"
+
+
 def _no_kl(why: str):
     def check(run, p) -> None:
         if p.kl_coef > 0:
@@ -113,29 +117,43 @@ register(policy_gradient_method(
         arxiv="2606.19236", family="objective (advantage reweighting)",
         samples=_ROLES["samples"] + "; surprisal from one declared source (surprisal_source)",
         learns=_ROLES["learns"], reference="none",
-        summary="advantages of high-surprisal tokens amplified or damped by the sign of their first-order entropy "
-                "effect, gated by the current entropy against a target",
+        summary="advantages of the highest-surprisal tokens of each advantage sign amplified (positive side) or "
+                "damped (negative side, two-sided variant) while the current entropy is below a target",
         status=_KERNEL,
         not_established="surprise is not a correctness label; higher entropy is not a goal in itself; entropy "
-                        "stability over thousands of steps",
-        unconfirmed=("the gate form (sign, or a clipped proportional controller)", "the weight form "
-                     "max(0, 1 + λ·g·e)", "whether a low-surprisal tail is also reweighted (off by default)",
-                     "stare_target_entropy, stare_quantile, stare_strength defaults (library decisions)"),
-        confirmed="from the paper's abstract: entropy-critical tokens by batch-internal surprisal quantiles, their "
-                  "effective advantages reweighted, a closed-loop gate on a target entropy",
+                        "stability over thousands of steps; the target 0.3 nats was set for 7B math models, not a "
+                        "135M model",
+        unconfirmed=("the paper's equations themselves (the forms come from the abstract and the authors' released "
+                     "recipe)", "the alternative gates 'sign' and 'proportional', the 'batch' selection and the "
+                     "'first_order' direction sign(A)·sign(σ − H) (library options after the four-quadrant "
+                     "analysis, not the recipe)"),
+        confirmed="abstract (arXiv 2606.19236): entropy-critical tokens by batch-internal surprisal quantiles, "
+                  "their effective advantages reweighted, a closed-loop target-entropy gate. The authors' released "
+                  "recipe (README and default run script): tokens split by advantage sign, top 10% surprisal of "
+                  "each side critical, ω = W = 1.1 on the positive side (default one-sided variant O1; the "
+                  "two-sided C2 adds ω = M = 0.9 on the negative side), gate 1[batch mean entropy < H_tgt = 0.3], "
+                  "ω multiplying A inside the clipped surrogate (clip 0.2 / 0.28, token mean): these are the "
+                  "defaults here; the recipe's dynamic-sampling filter (shared with its GRPO baseline) is not "
+                  "part of the method and is not switched on",
     ),
     round_=(st.STARE_ROUND_OLD, st.STARE_ROUND_BEHAVIOR),
     advantage=st.STARE, objective=losses.PPO_CLIP, aggregation="token_mean",
-    params=clip(0.2, 0.2) + group_std() + (
+    params=clip(0.2, 0.28) + group_std() + (
         Param("surprisal_source", str, "logp_old", "which recorded log-probs give the surprisal σ = −lp",
               choices=("logp_old", "logp_behavior")),
-        Param("stare_target_entropy", float, 0.5, "target mean token entropy H* (nats)", check=non_negative),
-        Param("stare_quantile", float, 0.8, "q: tokens with σ >= the batch's q-quantile are critical", check=_level),
-        Param("stare_low_quantile", float, None, "also reweight tokens with σ <= this quantile (None: no low tail)",
-              optional=True, check=_level),
-        Param("stare_strength", float, 0.5, "λ of the weight max(0, 1 + λ·g·e)", check=non_negative),
-        Param("stare_gate", str, "sign", "g = sign(H* − H), or clip(gain·(H* − H), −1, 1)",
-              choices=("sign", "proportional")),
+        Param("stare_target_entropy", float, 0.3, "target mean token entropy H* (nats; the authors' recipe)",
+              check=non_negative),
+        Param("stare_quantile", float, 0.9, "q: tokens with σ >= the q-quantile are critical (0.9: the top 10% "
+              "of the recipe)", check=_level),
+        Param("stare_selection", str, "per_sign", "quantiles per advantage sign (the recipe) or one over the batch",
+              choices=("per_sign", "batch")),
+        Param("stare_amplify", float, 1.1, "W: weight of the positive side's critical tokens", check=_at_least_one),
+        Param("stare_attenuate", float, 1.0, "M: weight of the negative side's critical tokens (1: the one-sided "
+              "variant O1; 0.9: the two-sided C2)", check=_level),
+        Param("stare_direction", str, "advantage", "which critical tokens get W and which M: by the sign of A "
+              "(the recipe) or by sign(A)·sign(σ − H)", choices=("advantage", "first_order")),
+        Param("stare_gate", str, "below", "g = 1[H < H*] (the recipe), sign(H* − H), or clip(gain·(H* − H), −1, 1)",
+              choices=("below", "sign", "proportional")),
         Param("stare_gain", float, 1.0, "gain of the proportional gate", check=positive)),
     min_group_size=2,
 ))
@@ -180,9 +198,10 @@ register(policy_gradient_method(
         unconfirmed=("arXiv id", "the weight form ω = B·softmax(τ/λ_Q) (the closed form of a Query-KL-penalized "
                      "reweighting; library decision)", "qkl_coef λ_Q (1.0: library decision)",
                      "sign: more typical questions weigh more"),
-        confirmed="from the paper's abstract: regularization on the input (query) side rather than on answers, a "
-                  "Query-KL against a fixed reference, a query-weighted advantage by estimated prevalence; ω depends "
-                  "on π_ref and the prompt only, is positive and has mean 1 (tested)",
+        confirmed="from the paper's abstract (ICLR 2026 submission, OpenReview eUVOUBYKyr; no arXiv id found): "
+                  "regularization moved to the input (query) side rather than the responses, a Query-KL between the "
+                  "evolving query distribution and a fixed reference, a query-weighted advantage by estimated query "
+                  "prevalence; ω depends on π_ref and the prompt only, is positive and has mean 1 (tested)",
     ),
     round_=(st.ERPO_ROUND,), advantage=st.ERPO, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
     params=clip(0.2, 0.2) + group_std() + (
@@ -208,7 +227,8 @@ register(policy_gradient_method(
         unconfirmed=("arXiv id", "λ = K·softmax(−c/τ) over a trajectory's turns", "ψ curves (linear / tanh(κu)/κ)",
                      "polarity from the verifier's outcome with an inclusive threshold", "turn_tau, kappa_pos, "
                      "kappa_neg defaults (library decisions)"),
-        confirmed="from the paper's abstract: different weights per turn, asymmetric token-level training for "
+        confirmed="from the paper's abstract (ACL ARR 2026 January submission, OpenReview Z8U7gDyF73; no arXiv id "
+                  "found): different weights on the turns of a trajectory, asymmetric token-level training for "
                   "positive and negative samples; the specification's invariants are tested",
     ),
     source=st.MULTI_TURN, advantage=st.VERDICT, objective=st.TLM_DRE, aggregation="token_mean",

@@ -153,51 +153,58 @@ def zcpo_full_vs_sampled(p, q, sampled):
 # ============================================================================ stare
 
 
-def _quadrant_case(entropy, target, strength):
+def _quadrant_case(entropy, target, amplify, attenuate, gate="below", direction="advantage"):
+    """(A>0, rare), (A>0, common), (A<0, rare), (A<0, common), every token critical."""
     adv = _t([[1.0, 1.0], [-1.0, -1.0]])
     lp = _t([[-2.0, -0.5], [-2.0, -0.5]])
-    out, info = stare_k.stare_reweight(adv, lp, _ones(lp), entropy=entropy, target=target, threshold=0.0,
-                                       strength=strength, gate="sign")
-    return out, info
+    return stare_k.stare_reweight(adv, lp, _ones(lp), entropy=entropy, target=target, quantile=0.0, gate=gate,
+                                  amplify=amplify, attenuate=attenuate, direction=direction)
 
 
 @example("stare_quadrants")
-def stare_quadrants(entropy, target_low, target_high, strength):
-    below, _ = _quadrant_case(entropy, target_high, strength)  # H < H*
-    above, _ = _quadrant_case(entropy, target_low, strength)  # H > H*
-    return {"entropy": entropy, "target_high": target_high, "target_low": target_low, "strength": strength,
-            "below_target": _nums(below.reshape(-1)), "above_target": _nums(above.reshape(-1))}
+def stare_quadrants(entropy, target_low, target_high, amplify, attenuate):
+    o1, _ = _quadrant_case(entropy, target_high, amplify, 1.0)  # H < H*: the gate is on
+    c2, _ = _quadrant_case(entropy, target_high, amplify, attenuate)
+    above, _ = _quadrant_case(entropy, target_low, amplify, attenuate)  # H > H*: off
+    first, _ = _quadrant_case(entropy, target_high, amplify, attenuate, direction="first_order")
+    return {"entropy": entropy, "target_high": target_high, "target_low": target_low, "amplify": amplify,
+            "attenuate": attenuate, "one_sided": _nums(o1.reshape(-1)), "two_sided": _nums(c2.reshape(-1)),
+            "above_target": _nums(above.reshape(-1)), "first_order": _nums(first.reshape(-1))}
 
 
-@example("stare_quantile")
-def stare_quantile(logp, mask, q):
-    lp, m = _t(logp), torch.tensor(mask)
-    thr = stare_k.surprisal_quantile(lp, m, q)
+@example("stare_per_sign")
+def stare_per_sign(adv, logp, mask, q):
+    a, lp, m = _t([float(x) for x in adv]), _t(logp), torch.tensor(mask)
+    A = a.unsqueeze(-1).expand_as(lp)
+    crit, info = stare_k.critical_tokens(A, lp, m, q, "per_sign")
     padded = torch.where(m, lp, torch.tensor(-30.0, dtype=F64))
-    return {"surprisals": _nums(-lp[m]), "q": q, "threshold": _num(thr),
-            "threshold_with_padding_at_minus_30": _num(stare_k.surprisal_quantile(padded, m, q))}
+    _, info_pad = stare_k.critical_tokens(A, padded, m, q, "per_sign")
+    return {"adv": _nums(a), "surprisals": _nums(-lp[m]), "q": q, "threshold_pos": info["stare/threshold_pos"],
+            "threshold_neg": info["stare/threshold_neg"], "critical": str(crit[m].tolist()).lower(),
+            "threshold_pos_with_padding": info_pad["stare/threshold_pos"]}
 
 
 @example("stare_vs_grpo")
-def stare_vs_grpo(rewards, token_logp, entropy, target):
+def stare_vs_grpo(rewards, token_logp, entropy, target, q):
     r = _t([float(x) for x in rewards])
-    a = adv_mod.grpo(r, _zeros_group(len(rewards)), std="population")
+    a = adv_mod.grpo(r, _zeros_group(len(rewards)), std="unbiased")
     lp = _t(token_logp)
     m = _ones(lp)
-    thr = float(stare_k.surprisal_quantile(lp, m, 0.5))
-    at_target, _ = stare_k.stare_reweight(a, lp, m, entropy=entropy, target=entropy, threshold=thr, strength=0.5,
-                                          gate="sign")
-    off, info = stare_k.stare_reweight(a, lp, m, entropy=entropy, target=target, threshold=thr, strength=0.5,
-                                       gate="sign")
-    return {"grpo": _nums(a), "threshold": _num(thr), "at_target": _nums(at_target.reshape(-1)),
-            "off_target": _nums(off.reshape(-1)), "entropy": entropy, "target": target}
+    kw = dict(quantile=q, amplify=1.1, attenuate=1.0)
+    above, _ = stare_k.stare_reweight(a, lp, m, entropy=entropy, target=entropy / 2, **kw)
+    below, info = stare_k.stare_reweight(a, lp, m, entropy=entropy, target=target, **kw)
+    return {"grpo": _nums(a), "above_target": _nums(above.reshape(-1)), "below_target": _nums(below.reshape(-1)),
+            "entropy": entropy, "target": target, "q": q}
 
 
 @example("stare_sign_kept")
-def stare_sign_kept(strength):
-    out, _ = _quadrant_case(1.0, 2.0, strength)
-    return {"strength": strength, "reweighted": _nums(out.reshape(-1)),
-            "signs_kept": bool(((out * _t([[1.0, 1.0], [-1.0, -1.0]])) >= 0).all())}
+def stare_sign_kept(amplify, attenuate):
+    out, _ = _quadrant_case(1.0, 2.0, amplify, attenuate, gate="sign", direction="first_order")
+    flipped, _ = _quadrant_case(1.0, 0.2, amplify, attenuate, gate="sign", direction="first_order")
+    a = _t([[1.0, 1.0], [-1.0, -1.0]])
+    return {"amplify": amplify, "attenuate": attenuate, "reweighted": _nums(out.reshape(-1)),
+            "reweighted_flipped": _nums(flipped.reshape(-1)),
+            "signs_kept": bool(((out * a) >= 0).all() and ((flipped * a) >= 0).all())}
 
 
 # ============================================================================ reco

@@ -209,28 +209,25 @@ def zcpo_drift(batch: RolloutBatch, ctx: StageContext):
              "zcpo/sampled_log_ratio_mean": float(masked_mean(sampled, batch.loss_mask))})
 
 
-def _stare_round(batch: RolloutBatch, ctx: StageContext, src: torch.Tensor):
-    p = ctx.p
+def _stare_round(batch: RolloutBatch, ctx: StageContext):
     ent = ctx.worker.vocab_stats(batch)["entropy"]
     H = float(masked_mean(ent, batch.loss_mask))
-    Q = stare_k.surprisal_quantile(src, batch.loss_mask, p.stare_quantile)
-    out = {"stare_entropy": torch.tensor(H), "stare_threshold": Q}
-    if p.stare_low_quantile is not None:
-        out["stare_low_threshold"] = stare_k.surprisal_quantile(src, batch.loss_mask, p.stare_low_quantile)
-    return {"extras": out}, {"stare/entropy": H, "stare/threshold": float(Q), "stare/target": p.stare_target_entropy}
+    return {"extras": {"stare_entropy": torch.tensor(H)}}, {"stare/entropy": H,
+                                                            "stare/target": ctx.p.stare_target_entropy}
 
 
 def stare_round_old(batch: RolloutBatch, ctx: StageContext):
     """STARE with surprisal under π_old: the current mean entropy H (full vocabulary, the
-    whole batch's valid tokens) and the batch's surprisal quantile(s), frozen for the round."""
+    whole batch's valid tokens), frozen for the round (the surprisal quantiles are taken by
+    the advantage stage, which sees the whole batch and the advantages' signs)."""
     batch.require("stare", "logp_old")
-    return _stare_round(batch, ctx, batch.logp_old)
+    return _stare_round(batch, ctx)
 
 
 def stare_round_behavior(batch: RolloutBatch, ctx: StageContext):
     """As `stare_round_old`, with surprisal under the behavior μ (the rollout engine)."""
     batch.require("stare", "logp_behavior")
-    return _stare_round(batch, ctx, batch.logp_behavior)
+    return _stare_round(batch, ctx)
 
 
 def _question_mask(batch: RolloutBatch, ctx: StageContext) -> torch.Tensor:
@@ -300,12 +297,12 @@ CONSPO_ROUND = Stage("round", conspo_round, kernels=(conspo_k.margin_at,),
                      reads=("outcome.correct",), writes=("extras.conspo_margin", "extras.conspo_row_scale"))
 ZCPO_DRIFT = Stage("round", zcpo_drift, kernels=(zcpo_k.full_vocab_kl,), reads=("logp_ref",),
                    writes=("extras.zcpo_kl",))
-_STARE_P = ("stare_quantile", "stare_low_quantile", "stare_target_entropy")
-_STARE_W = ("extras.stare_entropy", "extras.stare_threshold", "extras.stare_low_threshold")
-STARE_ROUND_OLD = Stage("round", stare_round_old, kernels=(stare_k.surprisal_quantile,),
+_STARE_P = ("stare_target_entropy",)
+_STARE_W = ("extras.stare_entropy",)
+STARE_ROUND_OLD = Stage("round", stare_round_old,
                         params=_STARE_P + ("surprisal_source",), reads=("logp_old",), writes=_STARE_W,
                         active=lambda p: p.surprisal_source == "logp_old")
-STARE_ROUND_BEHAVIOR = Stage("round", stare_round_behavior, kernels=(stare_k.surprisal_quantile,),
+STARE_ROUND_BEHAVIOR = Stage("round", stare_round_behavior,
                              params=_STARE_P + ("surprisal_source",), reads=("logp_behavior",), writes=_STARE_W,
                              active=lambda p: p.surprisal_source == "logp_behavior")
 ERPO_ROUND = Stage("round", erpo_round, kernels=(erpo_k.question_typicality, erpo_k.question_weights),
@@ -337,18 +334,20 @@ def zcpo(batch: RolloutBatch, ctx: StageContext) -> Advantages:
 
 
 def stare(batch: RolloutBatch, ctx: StageContext) -> Advantages:
-    """GRPO advantages reweighted per token by STARE's gate (`objectives.stare`)."""
+    """GRPO advantages reweighted per token by STARE's gate (`objectives.stare`), over the
+    whole round batch (the critical sets are batch quantiles per advantage sign)."""
     p, ex = ctx.p, batch.extras
-    if "stare_threshold" not in ex:
-        raise PolicylabError("stare needs the round's entropy and surprisal quantile (the STARE round stage)")
+    if "stare_entropy" not in ex:
+        raise PolicylabError("stare needs the round's current entropy (extras['stare_entropy'], the STARE round "
+                             "stage)")
     r = scalar_rewards(batch, "stare")
     a = A.grpo(r, batch.group, std=p.std, eps=p.eps)
     src = batch.logp_old if p.surprisal_source == "logp_old" else batch.logp_behavior
-    low = ex.get("stare_low_threshold")
     out, info = stare_k.stare_reweight(a, src, batch.loss_mask, entropy=float(ex["stare_entropy"]),
-                                       target=p.stare_target_entropy, threshold=float(ex["stare_threshold"]),
-                                       strength=p.stare_strength, gate=p.stare_gate, gain=p.stare_gain,
-                                       low_threshold=None if low is None else float(low))
+                                       target=p.stare_target_entropy, quantile=p.stare_quantile,
+                                       selection=p.stare_selection, gate=p.stare_gate, amplify=p.stare_amplify,
+                                       attenuate=p.stare_attenuate, gain=p.stare_gain,
+                                       direction=p.stare_direction)
     return Advantages(out, info={**A.group_stats(r, batch.group), **info})
 
 
@@ -365,9 +364,10 @@ VERDICT = Stage("advantage", verdict, kernels=(verdict_polarity,), params=("verd
                 reads=("outcome.correct",))
 ZCPO = Stage("advantage", zcpo, kernels=(zcpo_k.zcpo_coefficients,), params=("drift_coef", "std"),
              reads=("rewards", "group", "extras.zcpo_kl"))
-STARE = Stage("advantage", stare, kernels=(A.grpo, stare_k.stare_reweight),
-              params=("std", "eps", "surprisal_source", "stare_target_entropy", "stare_strength", "stare_gate",
-                      "stare_gain"), reads=("rewards", "group", "extras.stare_threshold"))
+STARE = Stage("advantage", stare, kernels=(A.grpo, stare_k.critical_tokens, stare_k.stare_reweight),
+              params=("std", "eps", "surprisal_source", "stare_target_entropy", "stare_quantile", "stare_selection",
+                      "stare_gate", "stare_amplify", "stare_attenuate", "stare_gain", "stare_direction"),
+              reads=("rewards", "group", "extras.stare_entropy"))
 ERPO = Stage("advantage", erpo, kernels=(A.grpo,), params=("std", "eps"),
              reads=("rewards", "group", "extras.erpo_weight"))
 
