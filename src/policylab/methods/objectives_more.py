@@ -69,9 +69,11 @@ register(policy_gradient_method(
                      "steps: library decision)",
                      "other positives are not in the denominator", "no old-policy ratio enters the score",
                      "normalization: the mean over the round's positives"),
-        confirmed="from the paper's abstract: length-normalized sequence log-probabilities as rollout scores, "
-                  "positives contrasted with negatives of the same group, an InfoNCE-style objective, a "
-                  "curriculum-scheduled margin; the gradient's form (∂ℓ/∂s_n = softmax_n/τ) is tested",
+        confirmed="from the paper's abstract (arXiv 2605.12969v3): length-normalized sequence log-probabilities "
+                  "as rollout scores in place of clipped ratio scores, verified positives contrasted with negatives "
+                  "of the same group, a group-wise InfoNCE-style objective, a curriculum-scheduled margin that goes "
+                  "from coarse ordering early to stronger separation later (a rising margin, as the ramp here); "
+                  "the gradient's form (∂ℓ/∂s_n = softmax_n/τ) is tested",
     ),
     filters=(filters.DYNAMIC_SAMPLING,), round_=(st.CONSPO_ROUND,),
     advantage=st.VERDICT, objective=st.CONSPO, aggregation="seq_mean_token_mean",
