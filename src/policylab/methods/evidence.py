@@ -23,7 +23,7 @@ _REAL_12A = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct t
              "metrics (benchmarks/results/methods_real_12a.md); no learning claim")
 _TASKS_12A = {"tlm_dre": " on the two-turn arithmetic dialogue", "rlid": " on the menu-label arithmetic task"}
 # the methods of this group whose run is recorded in methods_real_12a (the others keep their kernel status)
-_RUN_12A = ("conspo",)
+_RUN_12A = ("conspo", "erpo", "rlid")
 
 EVIDENCE = {
     "grpo": "trained end to end on SmolLM2-135M-Instruct, single-digit + and x: held-out sampled accuracy "
