@@ -46,6 +46,8 @@ def run(name: str, steps: int) -> dict:
             "train": {"steps": steps, "lr": 1e-5, "micro_batch_size": 16, **extra.get("train", {})},
             "method_params": extra.get("method_params", {}),
             "log": {"tensorboard": False, "progress": False},
+            # any other section the method is exercised under (e.g. its task) as given
+            **{k: v for k, v in extra.items() if k not in ("rollout", "train", "method_params", "log")},
         })
         tr = Trainer(cfg)
         t0, rows = time.perf_counter(), []

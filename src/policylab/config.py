@@ -23,15 +23,18 @@ class ConfigError(PolicylabError):
     """A config key or value that cannot be used."""
 
 
-TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "gsm")
+TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "gsm", "menu_arithmetic", "two_turn_arithmetic")
 ENGINE_DTYPES = ("fp32", "bf16", "int8", "int4")
 
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym | gsm (reasoning-gym's GSM-Symbolic word problems)
-    ops: tuple[str, ...] = ("+", "*")  # arithmetic: operations to draw from
-    digits: int = 1  # arithmetic: digits per operand
+    # arithmetic | jsonl | reasoning_gym | gsm (reasoning-gym's GSM-Symbolic word problems) | menu_arithmetic
+    # (pick the option label; scored by menu_label) | two_turn_arithmetic (a two-turn dialogue for methods with a
+    # multi-turn source)
+    name: str = "arithmetic"
+    ops: tuple[str, ...] = ("+", "*")  # arithmetic, menu_arithmetic: operations to draw from
+    digits: int = 1  # arithmetic, menu_arithmetic, two_turn_arithmetic: digits per operand
     path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
     heldout_path: str = ""  # jsonl: held-out file (default: the last `eval.n` lines are not split off)
     dataset: str = ""  # reasoning_gym: the dataset name (reasoning_gym.factory.DATASETS, e.g. chain_sum)
@@ -40,7 +43,7 @@ class TaskConfig:
     prompt_suffix: str = ""  # reasoning_gym / gsm: text appended to every question (e.g. " Reply with only the number.")
     heldout_fraction: float = 0.5  # arithmetic / reasoning_gym / gsm: share of problems held out (split by a hash of the problem)
     split_seed: int = 0  # arithmetic / reasoning_gym / gsm: seed of the split (keep it to compare runs on one held-out set)
-    reward: str = "auto"  # the verifier (outcome = correctness): auto (the task's own: exact_numeric; reasoning_gym: dataset; gsm: math_verify) | exact_numeric | math_verify | dataset (reasoning-gym's score_answer) | module:function
+    reward: str = "auto"  # the verifier (outcome = correctness): auto (the task's own: exact_numeric; reasoning_gym: dataset; gsm: math_verify; menu_arithmetic: menu_label) | exact_numeric | math_verify | menu_label | dataset (reasoning-gym's score_answer) | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
 

@@ -17,6 +17,13 @@ order, with `min_tokens_to_keep=1`):
 
 `top_k=0` and `top_p=1.0` switch the truncations off (plain log-softmax of z).
 
+A menu restriction (`SamplingSettings.allowed_ids`, a tuple of token ids; () = off) sets
+z_v = -inf for every v outside the menu right after the temperature, so the distribution
+is softmax over the menu only (`restrict_to`). The engines apply the same restriction
+before they draw, so the log-probs of a restricted batch are those of the distribution
+that sampled it (docs/conventions.md rule 9). It is not combined with top-k / top-p
+(`SamplingSettings` refuses that).
+
 Entropy (`with_entropy=True`) is the entropy of that same sampling distribution,
 H = -sum_{v kept} p_v log p_v, in nats; `with_entropy="detached"` returns the same values
 without a graph (a metric only: cheaper, and no gradient can reach it).
@@ -38,7 +45,7 @@ from ._checks import check_mask
 from .batch import SamplingSettings
 from .errors import NonFiniteError, ShapeError
 
-__all__ = ["token_logprobs", "model_logprobs", "kept_set"]
+__all__ = ["token_logprobs", "model_logprobs", "kept_set", "restrict_to"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -85,11 +92,25 @@ def kept_set(z: torch.Tensor, *, top_k: int = 0, top_p: float = 1.0) -> torch.Te
     return keep
 
 
+def restrict_to(z: torch.Tensor, allowed_ids: tuple[int, ...]) -> torch.Tensor:
+    """`z` [..., V] with -inf outside `allowed_ids` (a menu of token ids); `z` itself when
+    `allowed_ids` is empty (no restriction). Raises ShapeError for an id outside [0, V)."""
+    if not allowed_ids:
+        return z
+    V = z.shape[-1]
+    if max(allowed_ids) >= V or min(allowed_ids) < 0:
+        raise ShapeError(f"allowed_ids {allowed_ids} has ids outside the vocabulary [0, {V})")
+    keep = torch.zeros(V, dtype=torch.bool, device=z.device)
+    keep[list(allowed_ids)] = True
+    return z.masked_fill(~keep, float("-inf"))
+
+
 def _rows(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, with_entropy: bool | str
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, with_entropy: bool | str,
+    allowed_ids: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, V] -> (logp [N], entropy [N] or an empty tensor)."""
-    z = logits.to(_compute_dtype(logits.dtype)) / temperature
+    z = restrict_to(logits.to(_compute_dtype(logits.dtype)) / temperature, allowed_ids)
     if top_k > 0 or top_p < 1.0:
         z = z.masked_fill(~kept_set(z, top_k=top_k, top_p=top_p), float("-inf"))
     logp_all = torch.log_softmax(z, dim=-1)
@@ -119,6 +140,7 @@ def _chunked(
     top_k: int,
     top_p: float,
     with_entropy: bool | str,
+    allowed_ids: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply `_rows` to chunks of N flattened positions.
 
@@ -127,7 +149,7 @@ def _chunked(
     logits are built, used and freed inside the (checkpointed) chunk."""
 
     def run(src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return _rows(row_logits(src), tgt, temperature, top_k, top_p, with_entropy)
+        return _rows(row_logits(src), tgt, temperature, top_k, top_p, with_entropy, allowed_ids)
 
     step = n if chunk_size is None else chunk_size
     recompute = chunk_size is not None and torch.is_grad_enabled()
@@ -144,6 +166,10 @@ def _chunked(
         empty = source.new_empty(0, dtype=_compute_dtype(source.dtype))
         return empty, empty
     return torch.cat(out_logp), torch.cat(out_ent)
+
+
+def _menu(allowed_ids) -> str:
+    return f", allowed_ids={tuple(allowed_ids)}" if allowed_ids else ""
 
 
 def _finish(
@@ -198,6 +224,7 @@ def token_logprobs(
     chunk_size: int | None = None,
     with_entropy: bool | str = False,
     mask: torch.Tensor | None = None,
+    allowed_ids: tuple[int, ...] = (),
 ):
     """Log-prob of each target under the sampler's distribution, `[B, T]`.
 
@@ -211,7 +238,8 @@ def token_logprobs(
     Returns `logp [B, T]`, or `(logp [B, T], entropy [B, T])` with `with_entropy`.
     fp32 math for fp16/bf16/fp32 input (fp64 stays fp64); the output has that dtype.
     Differentiable w.r.t. `logits` (the kept set itself is a discrete choice and carries
-    no gradient). Transform and memory behavior: see the module docstring.
+    no gradient). `allowed_ids`: the sampler's menu restriction (() = none). Transform and
+    memory behavior: see the module docstring.
 
     Raises ValueError for temperature <= 0, bad top_k / top_p / chunk_size;
     ShapeError for mismatched shapes or ids outside [0, V); NonFiniteError if a counted
@@ -235,9 +263,9 @@ def token_logprobs(
     flat = logits.reshape(-1, V)
     lp, ent = _chunked(
         lambda rows: rows, flat, targets.reshape(-1), flat.shape[0], chunk_size,
-        temperature, top_k, top_p, with_entropy,
+        temperature, top_k, top_p, with_entropy, tuple(allowed_ids),
     )
-    settings = f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
+    settings = f"temperature={temperature}, top_k={top_k}, top_p={top_p}" + _menu(allowed_ids)
     return _finish(lp, ent, targets, mask, with_entropy, settings)
 
 
@@ -302,7 +330,7 @@ def model_logprobs(
     logits = model(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False).logits
     return token_logprobs(
         logits[:, prompt_width - 1 :], targets, temperature=s.temperature, top_k=s.top_k,
-        top_p=s.top_p, chunk_size=chunk_size, with_entropy=with_entropy, mask=mask,
+        top_p=s.top_p, chunk_size=chunk_size, with_entropy=with_entropy, mask=mask, allowed_ids=s.allowed_ids,
     )
 
 
@@ -322,9 +350,9 @@ def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targ
     flat = hidden.reshape(-1, hidden.shape[-1])
     lp, ent = _chunked(
         row_logits, flat, targets.reshape(-1), flat.shape[0], chunk_size,
-        s.temperature, s.top_k, s.top_p, with_entropy,
+        s.temperature, s.top_k, s.top_p, with_entropy, s.allowed_ids,
     )
-    settings = f"temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}"
+    settings = f"temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}" + _menu(s.allowed_ids)
     return _finish(lp, ent, targets, mask, with_entropy, settings)
 
 
@@ -371,7 +399,7 @@ def model_logprobs_at(
     z = head(hidden).float()
     if softcap is not None:
         z = torch.tanh(z / softcap) * softcap
-    z = z / sampling.temperature
+    z = restrict_to(z / sampling.temperature, sampling.allowed_ids)
     keep = kept_set(z, top_k=sampling.top_k, top_p=sampling.top_p)
     lp = torch.log_softmax(z.masked_fill(~keep, float("-inf")), dim=-1)
     return lp.gather(-1, ids)

@@ -83,12 +83,16 @@ def _reward_fn(name: str):
         return rewards.exact_numeric_reward
     if name == "math_verify":
         return rewards.math_verify_reward
-    raise ConfigError(f"task.reward {name!r} is not one of auto, exact_numeric, math_verify, dataset, module:function")
+    if name == "menu_label":
+        from .tasks.menu import menu_label_reward
+
+        return menu_label_reward
+    raise ConfigError(f"task.reward {name!r} is not one of auto, exact_numeric, math_verify, menu_label, dataset, module:function")
 
 
 # the verifier `task.reward: auto` stands for, per task
 AUTO_REWARD = {"arithmetic": "exact_numeric", "jsonl": "exact_numeric", "reasoning_gym": "dataset",
-               "gsm": "math_verify"}
+               "gsm": "math_verify", "menu_arithmetic": "menu_label", "two_turn_arithmetic": "exact_numeric"}
 # reasoning-gym's GSM-Symbolic: GSM8K problems as templates whose names and numbers are re-drawn
 GSM_DATASET = "gsm_symbolic"
 
@@ -115,6 +119,8 @@ def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
                           + (f"{size} distinct held-out problems" if size is not None else "held-out problems sampled"))
     if cfg.name == "jsonl":
         return _jsonl_source(cfg, _reward_fn(reward_name), seed)
+    if cfg.name in ("menu_arithmetic", "two_turn_arithmetic"):
+        return _turn_and_menu_source(cfg, reward_name, seed)
     if cfg.name in ("reasoning_gym", "gsm"):
         return _reasoning_gym_source(cfg, reward_name, seed)
     raise ConfigError(f"unknown task {cfg.name!r}")
@@ -143,6 +149,27 @@ def _reasoning_gym_source(cfg: TaskConfig, reward_name: str, seed: int) -> TaskS
     return TaskSource(t.train_prompts, t.heldout, reward, t.state_dict, t.load_state_dict,
                       f"{label}, scored by {reward_name if reward_name != 'dataset' else 'its own scorer'}; "
                       f"held-out: {cfg.heldout_fraction:.0%} of problems by question hash (split seed {cfg.split_seed})")
+
+
+def _turn_and_menu_source(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
+    """The menu task (the answer is an option label: task.reward=menu_label) and the
+    two-turn dialogue (examples carry their follow-up turns for a multi-turn source)."""
+    if cfg.name == "menu_arithmetic":
+        from .tasks.menu import MenuArithmeticTask
+
+        if reward_name in ("exact_numeric", "math_verify"):
+            raise ConfigError(f"task.name=menu_arithmetic answers with an option label, which task.reward="
+                              f"{reward_name} cannot score: set task.reward=menu_label (or auto)")
+        t = MenuArithmeticTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed)
+        what = f"menu arithmetic {'/'.join(cfg.ops)}, {cfg.digits} digit(s), labels {'/'.join(t.labels)}"
+    else:
+        from .tasks.dialogue import TwoTurnArithmeticTask
+
+        t = TwoTurnArithmeticTask(digits=cfg.digits, seed=seed)
+        what = f"two-turn arithmetic, {cfg.digits} digit(s)"
+    reward = _reward_fn(reward_name)
+    return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict, t.load_state_dict,
+                      f"{what}; {t.heldout_size()} distinct held-out problems")
 
 
 def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:

@@ -17,6 +17,7 @@ advantages are `[B, T]`. Every result is detached. Group ids are arbitrary integ
                                      vapo.py         VAPO
     range_grpo                       range_grpo.py   Range-GRPO
     gprl, gprl_stats                 gprl.py         GPRL
+    verdict_polarity                 verdict.py      ±1 verdicts (ConSPO, tlm-DRE)
 """
 
 from .dr_grpo import dr_grpo
@@ -28,6 +29,7 @@ from .range_grpo import range_grpo
 from .reinforce_pp import EmaScale, reinforce_pp, reinforce_pp_baseline, reinforce_pp_returns
 from .remax import remax
 from .rloo import rloo
+from .verdict import verdict_polarity
 from .value import explained_variance, value_loss
 from .vapo import length_adaptive_lambda, mc_returns, positive_nll, vapo_advantages
 
@@ -36,5 +38,5 @@ __all__ = [
     "grpo", "group_stats", "grpo_process", "dr_grpo", "rloo", "remax",
     "reinforce_pp", "reinforce_pp_returns", "reinforce_pp_baseline", "EmaScale",
     "length_adaptive_lambda", "vapo_advantages", "positive_nll", "mc_returns",
-    "range_grpo", "gprl", "gprl_stats",
+    "range_grpo", "gprl", "gprl_stats", "verdict_polarity",
 ]

@@ -6,6 +6,8 @@ the same two interfaces.
     RolloutBackend   generate(...) -> RolloutBatch with behavior log-probs recorded as sampled,
                      greedy(...), decode(batch), sync_weights(version)
     PolicyWorker     role_logprobs(role, batch), values(batch), logprobs_at(batch, ids),
+                     vocab_stats(batch, kl_to_reference=...) (full-vocabulary entropy and KL
+                     to the reference per position, chunked), prompt_logprobs(role, batch),
                      optimizer_step(method, minibatch, adv, ...), value_step(...)
 
 Versions are explicit: the trainer calls `sync_weights(v)` after the weights changed to
@@ -47,6 +49,10 @@ class PolicyWorker(Protocol):
     def values(self, batch: RolloutBatch) -> torch.Tensor: ...
 
     def logprobs_at(self, batch: RolloutBatch, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def vocab_stats(self, batch: RolloutBatch, *, kl_to_reference: bool = False) -> dict[str, torch.Tensor]: ...
+
+    def prompt_logprobs(self, role: str, batch: RolloutBatch) -> torch.Tensor: ...
 
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *,
                        old_from_same_forward: bool) -> dict: ...

@@ -116,6 +116,68 @@ class LocalWorker:
                                          sampling=mb.sampling))
         return torch.cat(out)
 
+    @torch.no_grad()
+    def vocab_stats(self, batch: RolloutBatch, *, kl_to_reference: bool = False, position_chunk: int | None = None,
+                    vocab_chunk: int | None = None) -> dict[str, torch.Tensor]:
+        """Full-vocabulary statistics of the policy at its current weights at every counted
+        response position, under the batch's sampling transform (temperature, menu):
+        {"entropy": [B, T]} and, with `kl_to_reference`, {"kl": [B, T]} = KL(π_θ‖π_ref) of
+        the next-token distributions (exact, not a sampled-token estimate). Chunked over
+        positions and vocabulary (`policylab.vocab.head_stats`): [B, T, V] is never built.
+        0 where the loss mask is False."""
+        from ..vocab import DEFAULT_POSITION_CHUNK, DEFAULT_VOCAB_CHUNK, head_stats, response_hidden
+
+        if kl_to_reference and self.ref_model is None:
+            raise PolicylabError("a full-vocabulary KL to the reference was asked for, but no reference model is "
+                                 "loaded (a stage must read logp_ref for the trainer to load one)")
+        chunks = dict(position_chunk=position_chunk or DEFAULT_POSITION_CHUNK,
+                      vocab_chunk=vocab_chunk or DEFAULT_VOCAB_CHUNK)
+        parts: dict[str, list] = {}
+        for idx in torch.arange(batch.size).split(self.micro_batch_size):
+            mb = batch.select(idx)
+            with autocast(self.dtype, self.device):
+                h, head, cap = response_hidden(self.model, mb.tokens, mb.attention_mask, mb.prompt_width)
+                ref = {}
+                if kl_to_reference:
+                    hr, head_r, cap_r = response_hidden(self.ref_model, mb.tokens, mb.attention_mask, mb.prompt_width)
+                    ref = dict(ref_hidden=hr, ref_head=head_r, ref_softcap=cap_r)
+            out = head_stats(h, head, mb.loss_mask, sampling=mb.sampling, softcap=cap, **ref, **chunks)
+            for k, v in out.items():
+                parts.setdefault(k, []).append(v)
+        return {k: torch.cat(v) for k, v in parts.items()}
+
+    @torch.no_grad()
+    def prompt_logprobs(self, role: str, batch: RolloutBatch) -> torch.Tensor:
+        """[B, P] log-prob of every prompt token given the prompt tokens before it, under
+        `role` (logp_ref: the frozen reference; logp_current: the policy now), plain
+        softmax (temperature 1: the likelihood of the text, not a sampling distribution).
+        0 at padding and at each row's first real token (nothing predicts it)."""
+        from ..logprobs import model_logprobs
+
+        model = self._role_model(role)
+        P = batch.prompt_width
+        if P < 2:
+            raise PolicylabError(f"prompt log-probs need a prompt of at least 2 columns, got {P}")
+        out = []
+        for idx in torch.arange(batch.size).split(self.micro_batch_size):
+            mb = batch.select(idx)
+            tok, att = mb.tokens[:, :P], mb.attention_mask[:, :P]
+            scored = att[:, 1:] & att[:, :-1]  # a real token whose predecessor is real
+            with autocast(self.dtype, self.device):
+                lp = model_logprobs(model, tok, att, 1, sampling=SamplingSettings(), mask=scored)
+            lp = lp.float() if lp.dtype != torch.float64 else lp
+            out.append(torch.cat([torch.zeros_like(lp[:, :1]), torch.where(scored, lp, torch.zeros_like(lp))], 1))
+        return torch.cat(out)
+
+    def _role_model(self, role: str):
+        if role in ("logp_old", "logp_current"):
+            return self.model
+        if role == "logp_ref":
+            if self.ref_model is None:
+                raise PolicylabError("logp_ref was asked for, but no reference model is loaded")
+            return self.ref_model
+        raise PolicylabError(f"unknown role {role!r}: the worker computes logp_old, logp_current and logp_ref")
+
     # ------------------------------------------------------------------ updates
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *, old_from_same_forward: bool,
                        grad_transforms=None, post_step=None) -> dict:

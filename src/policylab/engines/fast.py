@@ -25,7 +25,8 @@ statistics, rotary embedding from the model's `inv_freq` and attention scaling, 
 query attention, SiLU-gated MLP, final norm, output head. Other architectures are refused
 at construction (use HFEngine for them).
 
-Sampling, in fp32, is HF's distribution: z = logits / temperature, then the top-k / top-p
+Sampling, in fp32, is HF's distribution: z = logits / temperature (then -inf outside the
+menu of `SamplingSettings.allowed_ids`, when one is set), then the top-k / top-p
 kept set (`policylab.logprobs.kept_set`, the transform `model_logprobs` scores with), then
 a draw from softmax(z); `logp_behavior = log_softmax(z)[token]`, recorded as sampled.
 Two ways to draw (`sampler`):
@@ -59,7 +60,7 @@ from typing import Sequence
 import torch
 
 from ..batch import RolloutBatch, SamplingSettings
-from ..logprobs import kept_set
+from ..logprobs import kept_set, restrict_to
 from .hf import HFEngine, _sampling_rng
 from .llama_decoder import LlamaDecoder, UnsupportedModel
 
@@ -238,6 +239,7 @@ class FastEngine(HFEngine):
             else:
                 if sampling.temperature != 1.0:
                     z = z / sampling.temperature
+                z = restrict_to(z, sampling.allowed_ids)  # a menu restriction (no-op without one)
                 if sampling.top_k > 0 or sampling.top_p < 1.0:
                     z = z.masked_fill(~kept_set(z, top_k=sampling.top_k, top_p=sampling.top_p), float("-inf"))
                 tok = self._draw(z, rows, live, B)

@@ -110,6 +110,7 @@ class HFEngine:
             top_k=int(sampling.top_k), top_p=float(sampling.top_p), max_new_tokens=max_new_tokens,
             pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_ids,
             output_scores=True, return_dict_in_generate=True,
+            **self._menu_restriction(sampling),
         )
         with _sampling_rng(seed, self._device) as used_seed:
             out = self._run(input_ids, prompt_mask, config)
@@ -153,6 +154,18 @@ class HFEngine:
             },
         )
         return batch.validate()
+
+    def _menu_restriction(self, sampling: SamplingSettings) -> dict:
+        """generate() settings for `sampling.allowed_ids`: every other id is suppressed (its
+        score is -inf before the draw, and in the recorded scores), the same distribution as
+        `policylab.logprobs.restrict_to` gives the trainer."""
+        if not sampling.allowed_ids:
+            return {}
+        V = self.model.get_output_embeddings().weight.shape[0]
+        allowed = set(sampling.allowed_ids)
+        if max(allowed) >= V:
+            raise ShapeError(f"allowed_ids {sampling.allowed_ids} has ids outside the vocabulary [0, {V})")
+        return {"suppress_tokens": [v for v in range(V) if v not in allowed]}
 
     @staticmethod
     def _check_request(prompts, sampling, group_size: int, max_new_tokens: int, group_ids) -> list[int]:

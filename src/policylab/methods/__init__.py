@@ -6,6 +6,7 @@ defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 """
 
 from . import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
+from . import objectives_more as _objectives_more  # noqa: F401  (conspo, zcpo, stare, reco, erpo, tlm_dre, rlid)
 from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
 from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
 from .evidence import apply as _apply_evidence
