@@ -6,6 +6,7 @@ defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 """
 
 from . import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
+from . import mixed as _mixed  # noqa: F401  (registers the mixed-policy methods)
 from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
 from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
 from .evidence import apply as _apply_evidence
