@@ -25,7 +25,7 @@ class ConfigError(PolicylabError):
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym
+    name: str = "arithmetic"  # arithmetic | sequence | mixture | jsonl | reasoning_gym
     ops: tuple[str, ...] = ("+", "*")  # arithmetic: operations to draw from
     digits: int = 1  # arithmetic: digits per operand
     path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
@@ -33,6 +33,8 @@ class TaskConfig:
     reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
+    domains: tuple[str, ...] = ("arithmetic", "sequence")  # mixture: the pooled task domains (tasks.mixture.DOMAINS)
+    mix: tuple[float, ...] = (0.5, 0.5)  # mixture: the proportion of each domain in the train stream
 
 
 @dataclass
@@ -254,7 +256,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
-        (cfg.task.name in ("arithmetic", "jsonl", "reasoning_gym"), f"task.name {cfg.task.name!r} is not one of arithmetic, jsonl, reasoning_gym"),
+        (cfg.task.name in ("arithmetic", "sequence", "mixture", "jsonl", "reasoning_gym"),
+         f"task.name {cfg.task.name!r} is not one of arithmetic, sequence, mixture, jsonl, reasoning_gym"),
     ]
     for ok, msg in checks:
         if not ok:

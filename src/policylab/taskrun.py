@@ -95,6 +95,16 @@ def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
         return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
                           t.load_state_dict, f"arithmetic {'/'.join(cfg.ops)}, {cfg.digits} digit(s); "
                           f"{t.heldout_size()} distinct held-out problems")
+    if cfg.name in ("sequence", "mixture"):
+        from .tasks.mixture import MixtureTask
+        from .tasks.sequence import SequenceTask
+
+        t = SequenceTask(seed=seed) if cfg.name == "sequence" else MixtureTask(cfg.domains, cfg.mix, seed=seed,
+                                                                              ops=cfg.ops, digits=cfg.digits)
+        what = "number sequences" if cfg.name == "sequence" else \
+            "mixture of " + ", ".join(f"{d} {m:g}" for d, m in zip(cfg.domains, cfg.mix))
+        return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
+                          t.load_state_dict, f"{what}; {t.heldout_size()} distinct held-out problems")
     if cfg.name == "jsonl":
         return _jsonl_source(cfg, reward, seed)
     if cfg.name == "reasoning_gym":

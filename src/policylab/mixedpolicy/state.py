@@ -147,3 +147,47 @@ class SuccessEma:
 
     def load_state_dict(self, state: dict) -> None:
         self.value, self.updates = float(state["value"]), int(state["updates"])
+
+
+class Teachers:
+    """Domain teachers of multi-teacher on-policy distillation, one `FrozenModel` per
+    domain, from a spec "arithmetic=PATH,sequence=PATH" ("" or a missing domain: a frozen
+    copy of the run's initial policy, shared). Checkpointed as the specs and fingerprints."""
+
+    def __init__(self, spec: str):
+        self.spec = str(spec or "")
+        self.paths: dict[str, str] = {}
+        for part in filter(None, (x.strip() for x in self.spec.split(","))):
+            name, sep, path = part.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise PolicylabError(f"teachers entry {part!r} must look like domain=PATH")
+            self.paths[name.strip()] = path.strip()
+        self.models: dict[str, FrozenModel] = {}
+
+    def build(self, policy: torch.nn.Module, tokenizer) -> None:
+        from ..tasks.mixture import DOMAINS
+
+        unknown = set(self.paths) - set(DOMAINS)
+        if unknown:
+            raise PolicylabError(f"teachers name unknown domains {sorted(unknown)}; domains are {', '.join(DOMAINS)}")
+        by_spec: dict[str, FrozenModel] = {}
+        for d in DOMAINS:
+            spec = self.paths.get(d, "")
+            if spec not in by_spec:
+                by_spec[spec] = FrozenModel(spec, f"teacher-{d}")
+                by_spec[spec].build(policy, tokenizer)
+            self.models[d] = by_spec[spec]
+
+    def for_domain(self, domain: str) -> FrozenModel:
+        if domain not in self.models:
+            raise PolicylabError(f"no teacher for domain {domain!r} (the model stage builds them)")
+        return self.models[domain]
+
+    def state_dict(self) -> dict:
+        return {"spec": self.spec, "teachers": {d: m.state_dict() for d, m in self.models.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("spec") != self.spec:
+            raise PolicylabError(f"the checkpoint's teachers were {state.get('spec')!r}, this run names {self.spec!r}")
+        for d, m in self.models.items():
+            m.load_state_dict(state["teachers"][d])

@@ -11,7 +11,8 @@ trained batch,
     response/length_mean@source=K   their mean counted length
 
 (`runlog.write_plots` draws every `reward/mean@source=*` and `accuracy@source=*` in
-`plots/by_source.png`).
+`plots/by_source.png`). `DOMAIN_METRICS` does the same per task domain
+(`plots/by_domain.png`).
 """
 
 from __future__ import annotations
@@ -46,3 +47,16 @@ def source_metrics(batch: RolloutBatch, ctx: StageContext):
 
 
 SOURCE_METRICS = Stage("round", source_metrics, reads=("source", "rewards", "outcome.correct"))
+
+
+def domain_metrics(batch: RolloutBatch, ctx: StageContext):
+    """Metrics split by task domain (extras["domain"], an index into `tasks.mixture.DOMAINS`):
+    a mixture of domains is reported per domain, never only as an average."""
+    from ...tasks.mixture import DOMAINS
+
+    if "domain" not in batch.extras:
+        return {}, {}
+    return {}, split_metrics(batch, [DOMAINS[int(d)] for d in batch.extras["domain"].tolist()], "domain")
+
+
+DOMAIN_METRICS = Stage("round", domain_metrics, reads=("extras.domain", "rewards", "outcome.correct"))
