@@ -28,6 +28,7 @@ from . import (  # noqa: E402,F401  (register the examples)
     core_advantages,
     core_graded,
     core_objectives,
+    mixed_policy,
     offpolicy_async,
     offpolicy_engine,
     offpolicy_objectives,
