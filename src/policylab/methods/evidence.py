@@ -19,6 +19,11 @@ _MISMATCH = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with the 
 _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with staleness 2: 8 steps against the "
           "uncorrected run, same seed (benchmarks/results/offpolicy.md); no learning claim at this scale")
 
+_REAL14 = ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct ({opt} optimizer steps), finite metrics "
+           "(benchmarks/results/methods_real_14.md){extra}; no learning claim")
+_SELF = (", the {role} model a frozen copy of the initial policy (no second model of another size or tokenizer on "
+         "this machine)")
+
 EVIDENCE = {
     "grpo": "trained end to end on SmolLM2-135M-Instruct, single-digit + and x: held-out sampled accuracy "
             "13.0% -> 91.0% after 20 steps, 91.5% after 30, 140 s of training steps (quickstart, README)",
@@ -29,6 +34,9 @@ EVIDENCE = {
              "steps, finite metrics (benchmarks/results/methods_real.md); no learning claim"),
     **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
+    "luffy": _REAL14.format(opt=3, extra=", one solver demonstration per group of 4"),
+    "erils": _REAL14.format(opt=2, extra=_SELF.format(role="external") + "; the third step's batch had reward 0 "
+                            "everywhere, so no update"),
 }
 
 

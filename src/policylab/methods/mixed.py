@@ -19,7 +19,8 @@ from .stages import advantages as adv
 from .stages import losses, mixed
 from .stages.provenance import SOURCE_METRICS
 
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
+_KERNEL = ("kernel verified; one trainer step on a tiny random Llama in the test suite; not yet run on "
+           "SmolLM2-135M-Instruct")
 _LEARNS = "π_θ on the deployment prompt (the only differentiable policy)"
 
 
