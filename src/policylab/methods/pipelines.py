@@ -2,7 +2,13 @@
 (`ppo_rlhf`; the whole pipeline is `policylab pipeline ppo_rlhf CONFIG`,
 `policylab.pipelines.rlhf`) and the MOPD route of the fusion paradigms (`fusion`; Merge,
 Mix RL and MOPD with per-domain reports are `policylab pipeline fusion CONFIG`,
-`policylab.pipelines.fusion`)."""
+`policylab.pipelines.fusion`).
+
+Work in progress, NOT registered: `policylab.methods` does not import this module, there
+is no `policylab pipeline` command yet, and neither the pipelines nor these specs have
+tests or a real-model run. The cards below state what the code is meant to do; nothing
+on them has been verified.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +42,12 @@ register(policy_gradient_method(
                "RM: library decision here)",
         summary="SFT on demonstrations, a pairwise reward model on ranked comparisons, then PPO whose reward is the "
                 "RM score once at the last token minus the per-token KL to the SFT reference",
-        status="kernel verified; one trainer step on a tiny random Llama in the test suite",
+        status="not registered: work in progress, untested",
         not_established="human preference data, RM quality at scale or an RLHF result: the preferences are procedural "
                         "(a known score of the reply), the RM is trained on a few hundred pairs",
         unconfirmed=("pretraining mix (PPO-ptx, γ_ptx) not implemented: off, as in the paper's PPO (non-ptx) runs",),
         confirmed="RM loss −log σ(r_w − r_l) averaged over the C(K, 2) pairs of a prompt, all pairs of a prompt in one "
-                  "batch element; equal scores give log 2 (tested); RM score added once at the last valid token; KL "
+                  "batch element; equal scores give log 2 (to be tested); RM score added once at the last valid token; KL "
                   "shaping reads lp_old, β = 0.02 (the paper's PPO runs)",
     ),
     rewards_=(rewards.VERIFIER, pipelines.REWARD_MODEL_SCORE),
@@ -84,14 +90,14 @@ register(policy_gradient_method(
         summary="MOPD: on the student's own samples, each token's advantage is −(lp_student − lp_teacher of the "
                 "prompt's domain), REINFORCE-style; the pipeline adds Merge (task vectors) and Mix RL (pooled data), "
                 "reported per domain",
-        status="kernel verified; one trainer step on a tiny random Llama in the test suite",
+        status="not registered: work in progress, untested",
         not_established="that a student inherits each teacher's capability; similar averages do not mean per-domain "
                         "equivalence (reports stay per domain)",
         unconfirmed=("title and id (not found)", "the exact MOPD signal (the negated per-token log-ratio to the teacher "
                      "here)", "teachers '' = frozen copies of the initial policy (a plumbing default; the pipeline "
                      "passes trained experts)"),
         confirmed="Merge invariants (base [1, 1], experts [2, 1] and [1, 3] at α = 0.5 -> [1.5, 2.0]; one expert at "
-                  "α = 1 returns it; layout or vocabulary mismatch refused), tested",
+                  "α = 1 returns it; layout or vocabulary mismatch refused), to be tested",
     ),
     source=pipelines.WITH_DOMAINS, round_=(pipelines.TEACHER_LOGPROBS, DOMAIN_METRICS), advantage=pipelines.MOPD,
     objective=losses.REINFORCE, aggregation="token_mean",
