@@ -36,7 +36,8 @@ EVIDENCE = {
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
     "off_context_grpo": _REAL14.format(opt=3, extra=", hint_kind 'worked': the first two batches had reward 0 "
                                        "everywhere (zero advantages, gradient norm 0), the third 1 of 16 correct"),
-    "luffy": _REAL14.format(opt=3, extra=", one solver demonstration per group of 4"),
+    "luffy": _REAL14.format(opt=3, extra=", one solver demonstration per group of 4 (the reward column counts "
+                            "them: they are always correct)"),
     "erils": _REAL14.format(opt=2, extra=_SELF.format(role="external") + "; the third step's batch had reward 0 "
                             "everywhere, so no update"),
 }
