@@ -96,10 +96,11 @@ def test_interval_low_above_high_refused():
 
 def test_select_keeps_rows_and_provenance():
     b = make_batch(rewards=torch.tensor([1.0, 2.0, 3.0, 4.0]), outcome={"correct": torch.tensor([1, 0, 1, 0])},
-                   source=("native", "expert", "native", "hinted"))
+                   source=("native", "expert", "native", "hinted"),
+                   producer=("policy", "solver:arithmetic", "policy", "policy"))
     s = b.select(torch.tensor([3, 1]))
     assert s.rewards.tolist() == [4.0, 2.0]
-    assert s.source == ("hinted", "expert")
+    assert s.source == ("hinted", "expert") and s.producer == ("policy", "solver:arithmetic")
     assert s.outcome["correct"].tolist() == [0, 0]
     assert s.batch_id == b.batch_id
     s.validate()

@@ -19,6 +19,27 @@ token tokens[i, P + t]. Log-probs are stored by role (docs/conventions.md rule 1
 
 A method names the fields it needs (`require`); a batch without one is refused with a
 `MissingQuantityError` that says how to produce it. Nothing is ever zero-filled.
+
+Provenance (docs/conventions.md rule 9). Every sequence carries
+
+    source          what kind of producer wrote it: native (the learner's own rollout engine
+                    on the deployment prompt), demonstration, gold, guided (an expert prefix
+                    continued by the learner), expert, peer:<model>, external, hinted (the
+                    learner conditioned on a privileged hint)
+    producer        the identity of what produced it: "policy" (the learner's weights at
+                    `policy_version`), "solver:<task>" (a task's own solver), a peer or
+                    external model's identity, "policy+solver:<task>" for guided rows
+    behavior_mask   [B, T] bool (None: everywhere): True where `logp_behavior` is the
+                    log-prob of the distribution that emitted the token. A deterministic
+                    producer (a solver writing its solution) emits its text with probability
+                    1, so its rows hold log-prob 0.0 there, exactly. Where the mask is False
+                    (a peer whose tokenization differs from the learner's) the value is a
+                    0.0 placeholder that `require("logp_behavior")` refuses to hand out.
+
+A native row is produced by "policy" and has a recorded behavior log-prob. Provenance is
+never rewritten: `replace` refuses any change of a row's source except native -> another
+kind (a sequence that turned out not to come from the deployment context), and no path of
+this module turns a non-native row into a native one (`ProvenanceError`).
 """
 
 from __future__ import annotations
@@ -29,7 +50,35 @@ from dataclasses import dataclass, field
 import torch
 
 from ._checks import check_finite, check_mask, group_index
-from .errors import MissingQuantityError, ShapeError
+from .errors import MissingQuantityError, PolicylabError, ShapeError
+
+SOURCE_KINDS = ("native", "demonstration", "gold", "guided", "expert", "peer", "external", "hinted")
+LEARNER = "policy"  # the producer id of the learner's own weights
+
+
+class ProvenanceError(PolicylabError):
+    """A source label that is not a known kind, a producer that does not fit its source,
+    or an attempt to rewrite the provenance of collected sequences (in particular to
+    relabel a non-native sequence as native)."""
+
+
+def source_kind(label: str) -> str:
+    """The kind of a source label: "peer:<model>" -> "peer"; refuses unknown labels."""
+    if not isinstance(label, str):
+        raise ProvenanceError(f"a source label must be a string, got {type(label).__name__}")
+    kind, sep, model = label.partition(":")
+    if kind == "peer":
+        if not sep or not model:
+            raise ProvenanceError(f"source {label!r}: a peer source names its model, e.g. 'peer:checkpoint-7'")
+        return "peer"
+    if sep or kind not in SOURCE_KINDS:
+        raise ProvenanceError(f"unknown source {label!r}; sources are {', '.join(SOURCE_KINDS[:5])}, peer:<model>, "
+                              "external, hinted")
+    return kind
+
+
+def is_native(label: str) -> bool:
+    return source_kind(label) == "native"
 
 # How to produce each optional quantity, quoted by MissingQuantityError.
 HOW_TO_PRODUCE = {
@@ -92,7 +141,8 @@ class SamplingSettings:
                              "set top_k=0 and top_p=1.0")
 
 
-_BT_FIELDS = ("logp_behavior", "logp_old", "logp_ref", "logp_current", "values", "token_rewards")
+_BT_FLOAT = ("logp_behavior", "logp_old", "logp_ref", "logp_current", "values", "token_rewards")
+_BT_FIELDS = _BT_FLOAT + ("behavior_mask",)  # every [B, T] field (trimmed and padded with the response columns)
 _B_FIELDS = ("rewards", "greedy_rewards")
 
 
@@ -105,11 +155,13 @@ class RolloutBatch:
     group: torch.Tensor  # [B] long, same-prompt group id
     policy_version: torch.Tensor  # [B] long, weights version that sampled
     batch_id: str
-    source: tuple[str, ...] = ()  # per sequence: native / expert / external / hinted / ...
-    engine: str = "unknown"  # which implementation produced logp_behavior
+    source: tuple[str, ...] = ()  # per sequence: native / demonstration / gold / guided / ... (() = all native)
+    producer: tuple[str, ...] = ()  # per sequence: the producing model's identity (() = "policy" for every row)
+    engine: str = "unknown"  # which implementation produced logp_behavior (of the native rows)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     # log-probs by role, [B, T]
     logp_behavior: torch.Tensor | None = None
+    behavior_mask: torch.Tensor | None = None  # [B, T] bool: where logp_behavior is known (None: everywhere)
     logp_old: torch.Tensor | None = None
     logp_ref: torch.Tensor | None = None
     logp_current: torch.Tensor | None = None  # the learner at the start of the update round, detached
@@ -134,6 +186,24 @@ class RolloutBatch:
         return self.tokens[:, self.prompt_width :]
 
     @property
+    def sources(self) -> tuple[str, ...]:
+        """Per-row source labels (a batch built without labels is all native)."""
+        return tuple(self.source) if self.source else ("native",) * self.size
+
+    @property
+    def producers(self) -> tuple[str, ...]:
+        """Per-row producer identities ("policy" when none was recorded: all rows native)."""
+        return tuple(self.producer) if self.producer else (LEARNER,) * self.size
+
+    def source_rows(self, *kinds: str) -> torch.Tensor:
+        """[B] bool: rows whose source kind is one of `kinds` (e.g. "native", "peer")."""
+        for k in kinds:
+            if k not in SOURCE_KINDS:
+                raise ProvenanceError(f"unknown source kind {k!r}; kinds are {', '.join(SOURCE_KINDS)}")
+        return torch.tensor([source_kind(s) in kinds for s in self.sources], dtype=torch.bool,
+                            device=self.loss_mask.device)
+
+    @property
     def response_lengths(self) -> torch.Tensor:
         """[B] number of valid response tokens (what counts in the loss)."""
         return self.loss_mask.sum(-1)
@@ -148,6 +218,15 @@ class RolloutBatch:
             if value is None:
                 how = HOW_TO_PRODUCE.get(name, "Produce it before calling this method.")
                 raise MissingQuantityError(method, name, how)
+            if name == "logp_behavior" and self.behavior_mask is not None:
+                lacking = (self.loss_mask & ~self.behavior_mask).any(-1)
+                if bool(lacking.any()):
+                    kinds = sorted({self.sources[i] for i in lacking.nonzero().squeeze(-1).tolist()})
+                    raise MissingQuantityError(
+                        method, name, f"Rows of source {', '.join(kinds)} carry no behavior log-probs at some "
+                        "counted positions (`behavior_mask` False): their producer's distribution over these "
+                        "tokens is unknown (e.g. another tokenization). Use a method that does not read them for "
+                        "such rows, or drop the rows.")
 
     def validate(self) -> "RolloutBatch":
         """Check shapes, dtypes, masks, group ids and finiteness; return self."""
@@ -172,9 +251,8 @@ class RolloutBatch:
         group_index(self.group, B)
         if self.policy_version.shape != (B,):
             raise ShapeError(f"`policy_version` must be [B] = ({B},), got {tuple(self.policy_version.shape)}")
-        if self.source and len(self.source) != B:
-            raise ShapeError(f"`source` has {len(self.source)} entries for {B} sequences")
-        for name in _BT_FIELDS:
+        self._validate_provenance(B, T)
+        for name in _BT_FLOAT:
             t = getattr(self, name)
             if t is None:
                 continue
@@ -208,9 +286,44 @@ class RolloutBatch:
                 raise ShapeError(f"`outcome['{key}']` must be [B] = ({B},), got {tuple(t.shape)}")
         return self
 
+    def _validate_provenance(self, B: int, T: int) -> None:
+        if self.source and len(self.source) != B:
+            raise ShapeError(f"`source` has {len(self.source)} entries for {B} sequences")
+        if self.producer and len(self.producer) != B:
+            raise ShapeError(f"`producer` has {len(self.producer)} entries for {B} sequences")
+        kinds = [source_kind(s) for s in self.sources]
+        if not self.producer and any(k != "native" for k in kinds):
+            raise ProvenanceError("a batch with non-native rows must record each row's `producer`")
+        for i, (label, kind, who) in enumerate(zip(self.sources, kinds, self.producers)):
+            if not isinstance(who, str) or not who:
+                raise ProvenanceError(f"row {i}: `producer` must be a non-empty string, got {who!r}")
+            if kind == "native" and who != LEARNER:
+                raise ProvenanceError(f"row {i} is native but its producer is {who!r}: a native row is sampled by "
+                                      f"the learner ({LEARNER!r}) from the deployment context")
+            if kind == "peer" and who != label.partition(":")[2]:
+                raise ProvenanceError(f"row {i}: source {label!r} but producer {who!r} (they name the same model)")
+        bm = self.behavior_mask
+        if bm is not None:
+            check_mask(bm, "behavior_mask")
+            if bm.shape != (B, T):
+                raise ShapeError(f"`behavior_mask` must be [B, T] = {(B, T)}, got {tuple(bm.shape)}")
+            if self.logp_behavior is None:
+                raise ShapeError("`behavior_mask` without `logp_behavior`")
+            native = torch.tensor([k == "native" for k in kinds], dtype=torch.bool, device=bm.device)
+            if bool((self.loss_mask & ~bm & native.unsqueeze(-1)).any()):
+                raise ProvenanceError("a native row lacks its behavior log-probs (`behavior_mask` False at a "
+                                      "counted position): the rollout engine records them as it samples")
+
     # ----- transforms ----------------------------------------------------------------
     def replace(self, **changes) -> "RolloutBatch":
-        """A copy with some fields replaced (the batch is frozen)."""
+        """A copy with some fields replaced (the batch is frozen).
+
+        Provenance is never rewritten: a row's `source` may change only from native to
+        another kind (a sequence found not to come from the deployment context, e.g. it
+        was sampled under a hinted prompt), its `producer` only together with that; a
+        non-native row can never become native (`ProvenanceError`)."""
+        if "source" in changes or "producer" in changes:
+            _check_relabel(self, changes)
         return dataclasses.replace(self, **changes)
 
     def select(self, index: torch.Tensor) -> "RolloutBatch":
@@ -226,6 +339,7 @@ class RolloutBatch:
             if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.size:
                 changes[f.name] = v[index]
         changes["source"] = tuple(self.source[i] for i in index.tolist()) if self.source else ()
+        changes["producer"] = tuple(self.producer[i] for i in index.tolist()) if self.producer else ()
         changes["outcome"] = {k: v[index] for k, v in self.outcome.items()}
         changes["extras"] = {
             k: (v[index] if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.size else v)
@@ -234,20 +348,53 @@ class RolloutBatch:
         return dataclasses.replace(self, **changes)
 
 
+def _check_relabel(old: RolloutBatch, changes: dict) -> None:
+    """Refuse a `replace` that rewrites the provenance of rows already collected."""
+    new_src = tuple(changes.get("source", old.source))
+    new_prod = tuple(changes.get("producer", old.producer))
+    B = int(changes["tokens"].shape[0]) if "tokens" in changes else old.size
+    if B != old.size:
+        raise ProvenanceError("replace cannot change the number of rows together with their provenance; build a "
+                              "new batch (or use select / concat_batches)")
+    before_s, before_p = old.sources, old.producers
+    after_s = new_src if new_src else ("native",) * B
+    after_p = new_prod if new_prod else (LEARNER,) * B
+    if len(after_s) != B or len(after_p) != B:
+        raise ShapeError(f"`source` / `producer` must have {B} entries")
+    for i in range(B):
+        if after_s[i] == before_s[i] and after_p[i] == before_p[i]:
+            continue
+        if source_kind(before_s[i]) != "native":
+            what = "native" if source_kind(after_s[i]) == "native" else repr(after_s[i])
+            raise ProvenanceError(
+                f"row {i} is {before_s[i]!r} (produced by {before_p[i]!r}) and cannot be relabelled {what}: the "
+                "provenance of collected sequences is never rewritten")
+        if source_kind(after_s[i]) == "native":
+            raise ProvenanceError(f"row {i}: a native row keeps its producer {LEARNER!r}")
+
+
 def concat_batches(batches: list[RolloutBatch], batch_id: str) -> RolloutBatch:
-    """Stack batches sampled in separate engine calls (e.g. dynamic-sampling refills).
+    """Stack batches sampled in separate engine calls (e.g. dynamic-sampling refills), or
+    parts of other provenance (demonstrations, peer groups) next to native rows.
 
     Prompts are re-aligned by left-padding to the widest prompt, responses right-padded to
     the longest; padded positions have attention_mask = loss_mask = False (they never count).
-    Batches must share sampling settings and engine, and carry the same optional fields."""
+    Batches must share sampling settings (the learner scores every row under them) and
+    carry the same optional fields. Batches holding native rows must come from one engine;
+    the result records that engine (parts without native rows name their producers per row).
+    Every row keeps its source and producer."""
     if not batches:
         raise ValueError("concat_batches needs at least one batch")
     if len(batches) == 1:
         return batches[0].replace(batch_id=batch_id)
     first = batches[0]
     for b in batches[1:]:
-        if b.sampling != first.sampling or b.engine != first.engine:
-            raise ValueError("cannot concatenate batches sampled with different settings or engines")
+        if b.sampling != first.sampling:
+            raise ValueError("cannot concatenate batches sampled with different settings")
+    engines = {b.engine for b in batches if "native" in {source_kind(s) for s in b.sources}}
+    if len(engines) > 1:
+        raise ValueError("cannot concatenate native rows sampled by different engines")
+    engine = engines.pop() if engines else first.engine
     P = max(b.prompt_width for b in batches)
     T = max(b.loss_mask.shape[1] for b in batches)
 
@@ -265,18 +412,23 @@ def concat_batches(batches: list[RolloutBatch], batch_id: str) -> RolloutBatch:
         "loss_mask": torch.cat([pad_resp(b.loss_mask, False) for b in batches]),
         "prompt_width": P,
         "batch_id": batch_id,
-        "source": sum((tuple(b.source) for b in batches), ()),
+        "source": sum((b.sources for b in batches), ()) if any(b.source for b in batches) else (),
+        "producer": sum((b.producers for b in batches), ()) if any(b.producer for b in batches) else (),
+        "engine": engine,
     }
     for name in ("group", "policy_version") + _B_FIELDS:
         vals = [getattr(b, name) for b in batches]
         _same_presence(name, vals)
         if vals[0] is not None:
             out[name] = torch.cat(vals)
-    for name in _BT_FIELDS:
+    for name in _BT_FLOAT:
         vals = [getattr(b, name) for b in batches]
         _same_presence(name, vals)
         if vals[0] is not None:
             out[name] = torch.cat([pad_resp(v, 0.0) for v in vals])
+    if any(b.behavior_mask is not None for b in batches):
+        out["behavior_mask"] = torch.cat([pad_resp(b.behavior_mask if b.behavior_mask is not None else b.loss_mask,
+                                                   False) for b in batches])
     for name in ("reward_vectors", "reward_intervals"):
         vals = [getattr(b, name) for b in batches]
         _same_presence(name, vals)

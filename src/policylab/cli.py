@@ -24,9 +24,11 @@ import sys
 
 def _methods(args) -> int:
     from . import methods
-    from .methods.cards import card_text, table_text
+    from .methods.cards import card_text, literature_card_text, table_text
 
-    if args.name:
+    if args.name in methods.LITERATURE:
+        print(literature_card_text(args.name, methods.LITERATURE[args.name]))
+    elif args.name:
         print(card_text(methods.get(args.name)))
     else:
         print(table_text())

@@ -249,6 +249,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     bad = _non_finite(cfg.to_dict())
     if bad:
         raise ConfigError(f"`{bad[0]}` is {bad[1]}: every number in a config must be finite")
+    from .methods.registry import refuse_literature
+
+    refuse_literature(cfg.method)  # a literature-only card: refused before any run directory or log exists
     if not str(cfg.run_dir).strip():
         raise ConfigError("run_dir is empty: give the directory the run writes to (e.g. --set run_dir=runs/my-run)")
     checks = [

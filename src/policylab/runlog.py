@@ -31,6 +31,12 @@ PLOTS = {
     "time.png": [("time/generate_s", "sampling (s)"), ("time/train_s", "update (s)"), ("time/step_s", "step (s)")],
     "memory.png": [("sys/rss_mb", "resident memory (MiB)"), ("sys/peak_rss_mb", "peak resident memory (MiB)")],
 }
+# plots whose series are every logged key with one of these prefixes (one line per source
+# or domain: metrics split by provenance, e.g. reward/mean@source=gold)
+SPLIT_PLOTS = {
+    "by_source.png": ("reward/mean@source=", "accuracy@source="),
+    "by_domain.png": ("reward/mean@domain=", "accuracy@domain="),
+}
 
 
 def _jsonable(v):
@@ -159,7 +165,9 @@ def write_plots(run_dir: Path) -> list[Path]:
              if rec.get("event") == "eval" and isinstance(rec.get("at_step"), int)]
     plot_dir = Path(run_dir) / "plots"
     plot_dir.mkdir(exist_ok=True)
-    for fname, series in PLOTS.items():
+    keys = sorted({k for r in rows for k in r})
+    split = {fname: [(k, k) for k in keys if k.startswith(prefixes)] for fname, prefixes in SPLIT_PLOTS.items()}
+    for fname, series in {**PLOTS, **split}.items():
         fig, ax = plt.subplots(figsize=(6, 3.5))
         drawn = False
         for key, label in series:

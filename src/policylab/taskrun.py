@@ -179,10 +179,19 @@ def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
 
     if not cfg.path:
         raise ConfigError("task.name=jsonl needs task.path (a file with one {\"prompt\", \"answer\"} per line)")
+    import dataclasses
+
     train = load_jsonl(cfg.path)
     held = load_jsonl(cfg.heldout_path) if cfg.heldout_path else []
     if not train:
         raise ConfigError(f"{cfg.path} has no examples")
+    # splits are tagged, and a train line whose prompt is also held out is marked: the
+    # guidance of mixed-policy methods (tasks.guidance) refuses both held-out and marked lines
+    held_prompts = {e.prompt for e in held}
+    train = [dataclasses.replace(e, meta={**e.meta, "split": "train",
+                                          **({"heldout_overlap": True} if e.prompt in held_prompts else {})})
+             for e in train]
+    held = [dataclasses.replace(e, meta={**e.meta, "split": "heldout"}) for e in held]
     order = list(range(len(train)))
     state = {"position": 0}
 

@@ -208,8 +208,9 @@ def test_update_does_not_depend_on_the_micro_batch_size(name, tiny_model_dir, tm
     exercise = methods.get(name).exercise
     sections = {k: {**_BASE.get(k, {}), **exercise.get(k, {})} for k in ("rollout", "train")}
     sections["train"]["minibatches"] = 1  # the whole batch is the optimizer step here
-    cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params={}, **sections,
-                      **{k: v for k, v in exercise.items() if k not in sections})
+    cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name,
+                      method_params=dict(exercise.get("method_params", {})), **sections,
+                      **{k: v for k, v in exercise.items() if k not in sections and k != "method_params"})
     cfg.rollout.staleness = 0  # one round at the current weights is enough here
     tr = Trainer(cfg)
     batch, _ = tr.collect()

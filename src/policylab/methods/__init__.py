@@ -7,13 +7,27 @@ defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 
 from . import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
 from . import objectives_more as _objectives_more  # noqa: F401  (conspo, zcpo, stare, reco, erpo, tlm_dre, rlid)
+from . import literature as _literature  # noqa: F401  (registers the literature-only cards)
+from . import mixed as _mixed  # noqa: F401  (registers the mixed-policy methods)
 from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
 from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
 from .evidence import apply as _apply_evidence
-from .registry import REGISTRY, UnknownMethodError, get, names, register
+from .registry import (
+    LITERATURE,
+    REGISTRY,
+    LiteratureOnlyError,
+    UnknownMethodError,
+    card,
+    get,
+    literature_names,
+    names,
+    refuse_literature,
+    register,
+)
 from .spec import Card, LossInputs, Method, Param, ParamError, Params, RunShape, Stage, Weighting
 
 _apply_evidence()
 
-__all__ = ["REGISTRY", "Card", "LossInputs", "Method", "Param", "ParamError", "Params", "RunShape", "Stage",
-           "UnknownMethodError", "Weighting", "get", "names", "register"]
+__all__ = ["LITERATURE", "REGISTRY", "Card", "LiteratureOnlyError", "LossInputs", "Method", "Param", "ParamError", "Params", "RunShape", "Stage",
+           "UnknownMethodError", "Weighting", "card", "get", "literature_names", "names", "refuse_literature",
+           "register"]

@@ -7,8 +7,8 @@ card to the formula in one hop.
 
 from __future__ import annotations
 
-from .registry import REGISTRY
-from .spec import Method, describe_params
+from .registry import LITERATURE, REGISTRY
+from .spec import Card, Method, describe_params
 
 
 def _stage_names(m: Method, kind: str) -> str:
@@ -27,6 +27,8 @@ def table_text() -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
         if j == 0:
             lines.append("-" * (sum(widths) + 2 * len(widths) + 10))
+    if LITERATURE:
+        lines += ["", "literature-only (a card, nothing runs): " + ", ".join(sorted(LITERATURE))]
     return "\n".join(lines)
 
 
@@ -41,6 +43,22 @@ def stage_lines(m: Method) -> list[str]:
         for qual, path, line in s.where()[1:]:
             out.append(f"    {'':<10} {'':<22}   kernel {qual}  {path}:{line}")
     return out
+
+
+def literature_card_text(name: str, c: Card) -> str:
+    """The card of a literature-only entry: no parameters, stages or kernels to list."""
+    parts = [
+        f"{name}: {c.title}" + (f" (arXiv {c.arxiv})" if c.arxiv else ""),
+        f"  family        {c.family}",
+        f"  what it does  {c.summary}",
+        f"  samples       {c.samples}",
+        f"  learns        {c.learns}",
+        f"  status        {c.status}",
+        f"  not shown     {c.not_established}",
+    ]
+    if c.unconfirmed:
+        parts.append(f"  unconfirmed   {'; '.join(c.unconfirmed)}")
+    return "\n".join(parts)
 
 
 def card_text(m: Method) -> str:

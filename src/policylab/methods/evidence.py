@@ -27,6 +27,10 @@ _TASKS_12A = {"tlm_dre": " on the two-turn arithmetic dialogue (no dialogue full
                        "target it reweights, above it the steps are GRPO's)"}
 # the methods of this group whose run is recorded in methods_real_12a (the others keep their kernel status)
 _RUN_12A = ("conspo", "erpo", "rlid", "stare", "tlm_dre")
+_REAL14 = ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct ({opt} optimizer steps), finite metrics "
+           "(benchmarks/results/methods_real_14.md){extra}; no learning claim")
+_SELF = (", the {role} model a frozen copy of the initial policy (no second model of another size or tokenizer on "
+         "this machine)")
 
 EVIDENCE = {
     "grpo": "trained end to end on SmolLM2-135M-Instruct, single-digit + and x: held-out sampled accuracy "
@@ -39,6 +43,12 @@ EVIDENCE = {
     **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
     **{name: _REAL_12A.format(task=_TASKS_12A.get(name, "")) for name in _RUN_12A},
+    "off_context_grpo": _REAL14.format(opt=3, extra=", hint_kind 'worked': the first two batches had reward 0 "
+                                       "everywhere (zero advantages, gradient norm 0), the third 1 of 16 correct"),
+    "luffy": _REAL14.format(opt=3, extra=", one solver demonstration per group of 4 (the reward column counts "
+                            "them: they are always correct)"),
+    "erils": _REAL14.format(opt=2, extra=_SELF.format(role="external") + "; the third step's batch had reward 0 "
+                            "everywhere, so no update"),
 }
 
 

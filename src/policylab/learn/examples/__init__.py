@@ -29,6 +29,7 @@ from . import (  # noqa: E402,F401  (register the examples)
     core_graded,
     core_objectives,
     more_objectives,
+    mixed_policy,
     offpolicy_async,
     offpolicy_engine,
     offpolicy_objectives,

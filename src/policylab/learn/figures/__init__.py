@@ -528,4 +528,6 @@ def alt_text(fig: Figure, lang: str) -> str:
     return head + " ".join(parts)
 
 
-from . import views_advantages, views_corrections, views_more, views_objectives, views_rewards  # noqa: E402,F401
+from . import (  # noqa: E402,F401  (register the views)
+    views_advantages, views_corrections, views_mixed, views_more, views_objectives, views_rewards,
+)
