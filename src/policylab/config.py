@@ -25,14 +25,22 @@ class ConfigError(PolicylabError):
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"  # arithmetic | jsonl | reasoning_gym
+    name: str = "arithmetic"  # arithmetic | confidence | distribution | code | jsonl | reasoning_gym
     ops: tuple[str, ...] = ("+", "*")  # arithmetic: operations to draw from
     digits: int = 1  # arithmetic: digits per operand
     path: str = ""  # jsonl: file with one {"prompt", "answer"} object per line
     heldout_path: str = ""  # jsonl: held-out file (default: the last `eval.n` lines are not split off)
-    reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | module:function
+    reward: str = "exact_numeric"  # the verifier (outcome = correctness): exact_numeric | math_verify | confidence_answer | valid_outcome | code_tests | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
+    sandbox_cpu_seconds: float = 2.0  # code: CPU time of one candidate's process (policylab.sandbox)
+    sandbox_memory_mb: int = 512  # code: address-space limit of one candidate's process
+    sandbox_wall_seconds: float = 10.0  # code: wall-clock limit of one candidate's process
+    sandbox_without_network_isolation: bool = False  # code: run model-written code with this machine's network when no network namespace can be made (refused otherwise)
+    sandbox_without_filesystem_isolation: bool = False  # code: let model-written code write wherever its user may when Landlock is unavailable (refused otherwise)
+
+
+TASK_NAMES = ("arithmetic", "confidence", "distribution", "code", "jsonl", "reasoning_gym")
 
 
 @dataclass
@@ -254,7 +262,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
-        (cfg.task.name in ("arithmetic", "jsonl", "reasoning_gym"), f"task.name {cfg.task.name!r} is not one of arithmetic, jsonl, reasoning_gym"),
+        (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
+        (cfg.task.sandbox_cpu_seconds > 0 and cfg.task.sandbox_wall_seconds > 0 and cfg.task.sandbox_memory_mb >= 64,
+         "task.sandbox_cpu_seconds and task.sandbox_wall_seconds must be > 0, task.sandbox_memory_mb >= 64"),
     ]
     for ok, msg in checks:
         if not ok:

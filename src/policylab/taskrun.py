@@ -83,10 +83,65 @@ def _reward_fn(name: str):
         return rewards.exact_numeric_reward
     if name == "math_verify":
         return rewards.math_verify_reward
-    raise ConfigError(f"task.reward {name!r} is not one of exact_numeric, math_verify")
+    if name == "confidence_answer":
+        from .rewards.calibration import confidence_answer_reward
+
+        return confidence_answer_reward
+    if name == "valid_outcome":
+        from .rewards.distribution import valid_outcome_reward
+
+        return valid_outcome_reward
+    if name == "code_tests":
+        raise ConfigError("task.reward code_tests runs the code task's tests: it needs task.name=code")
+    raise ConfigError(f"task.reward {name!r} is not one of exact_numeric, math_verify, confidence_answer, "
+                      "valid_outcome, code_tests")
+
+
+# tasks whose replies the numeric verifiers cannot read: the verifier each one needs
+_OWN_VERIFIER = {"confidence": "confidence_answer", "distribution": "valid_outcome", "code": "code_tests"}
+
+
+def sandbox_policy(cfg: TaskConfig):
+    """The sandbox limits and opt-outs of `task.sandbox_*` (policylab.sandbox)."""
+    from .sandbox import SandboxLimits, SandboxPolicy
+
+    return SandboxPolicy(SandboxLimits(cpu_seconds=cfg.sandbox_cpu_seconds, memory_mb=cfg.sandbox_memory_mb,
+                                       wall_seconds=cfg.sandbox_wall_seconds),
+                         without_network_isolation=cfg.sandbox_without_network_isolation,
+                         without_filesystem_isolation=cfg.sandbox_without_filesystem_isolation)
+
+
+def _more_tasks(cfg: TaskConfig, seed: int) -> TaskSource:
+    """The confidence, distribution and code tasks (policylab.tasks.confidence / distribution / code)."""
+    own = _OWN_VERIFIER[cfg.name]
+    if cfg.reward in ("exact_numeric", "math_verify"):
+        raise ConfigError(f"task.name={cfg.name} needs task.reward={own} (or a module:function verifier): "
+                          f"{cfg.reward} cannot read its replies")
+    if cfg.name == "code":
+        from .tasks.code import CodeTask, CodeVerifier
+
+        t = CodeTask(seed=seed)
+        reward = CodeVerifier(sandbox_policy(cfg)) if cfg.reward == "code_tests" else _reward_fn(cfg.reward)
+        desc = f"code: {len(t.train_names)} train / {t.heldout_size()} held-out Python functions, sandboxed tests"
+    elif cfg.name == "confidence":
+        from .tasks.confidence import ConfidenceTask
+
+        t = ConfidenceTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed)
+        reward = _reward_fn(cfg.reward)
+        desc = f"arithmetic {'/'.join(cfg.ops)} with a stated confidence; {t.heldout_size()} held-out problems"
+    else:
+        from .tasks.distribution import DistributionTask
+
+        t = DistributionTask(seed=seed)
+        reward = _reward_fn(cfg.reward)
+        desc = f"draws from stated distributions: {len(t.train)} train / {t.heldout_size()} held-out prompts"
+    return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
+                      t.load_state_dict, desc)
 
 
 def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
+    if cfg.name in _OWN_VERIFIER:
+        return _more_tasks(cfg, seed)
     reward = _reward_fn(cfg.reward)
     if cfg.name == "arithmetic":
         from .tasks.arithmetic import ArithmeticTask

@@ -6,6 +6,7 @@ the same two interfaces.
     RolloutBackend   generate(...) -> RolloutBatch with behavior log-probs recorded as sampled,
                      greedy(...), decode(batch), sync_weights(version)
     PolicyWorker     role_logprobs(role, batch), values(batch), logprobs_at(batch, ids),
+                     continuation_logprobs(batch, continuations, scored, strip_token=...),
                      optimizer_step(method, minibatch, adv, ...), value_step(...)
 
 Versions are explicit: the trainer calls `sync_weights(v)` after the weights changed to
@@ -47,6 +48,9 @@ class PolicyWorker(Protocol):
     def values(self, batch: RolloutBatch) -> torch.Tensor: ...
 
     def logprobs_at(self, batch: RolloutBatch, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def continuation_logprobs(self, batch: RolloutBatch, continuations: list[list[int]], scored: list[int], *,
+                              strip_token: int | None = None) -> torch.Tensor: ...
 
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *,
                        old_from_same_forward: bool) -> dict: ...
