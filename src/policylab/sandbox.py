@@ -241,8 +241,9 @@ def clean_env(home: str) -> dict:
 def run_job(job: dict, policy: SandboxPolicy) -> SandboxResult:
     """Run one candidate: `job` = {"source": code, "entry": function name, "calls": [args
     lists], "timing": None | {"reference": code, "args": [...], "repeats": n, "warmup": w}};
-    `"audit_hook": False` leaves the early stop out (tests use it to show that each kernel
-    wall holds on its own).
+    `"audit_hook": False` leaves the early stop out and `"preload": [modules]` imports more
+    modules before the walls go up (tests use both to show that each kernel wall holds on
+    its own).
     Refuses (SandboxUnavailable) when a required wall is missing; every other outcome,
     however the candidate misbehaves, is a SandboxResult."""
     check_available(policy)
