@@ -231,7 +231,7 @@ class CodeOutcome:
     """One candidate: `correct` (every test's return value as expected), the sandbox
     status, and the timings (ns) of the candidate and of the reference on the performance
     input, interleaved in the same process (empty unless timed; `timed_out` when the
-    process ran out of time while timing, after the tests had passed)."""
+    timing process hit a limit, after the tests had passed)."""
 
     correct: bool
     status: str
@@ -260,25 +260,27 @@ class CodeVerifier:
         return PROBLEMS[answer]
 
     def outcome(self, reply: str, answer: str, *, timing: tuple[int, int] | None = None) -> CodeOutcome:
-        """Run one reply; `timing` = (repeats, warmup) also times it against the reference."""
+        """Run one reply's tests in the sandbox; with `timing` = (repeats, warmup), a reply
+        that passed is then timed against the reference in a second sandboxed process (a
+        wrong reply is never timed)."""
         from .. import sandbox
 
         p = self._problem(answer)
-        job = {"source": extract_code(reply), "entry": p.name, "calls": [list(a) for a in p.tests]}
-        if timing is not None:
-            job["timing"] = {"reference": p.reference, "args": p.perf_args(), "repeats": int(timing[0]),
-                             "warmup": int(timing[1])}
-        res = sandbox.run_job(job, self.policy)
+        source = extract_code(reply)
+        res = sandbox.run_job({"source": source, "entry": p.name, "calls": [list(a) for a in p.tests]}, self.policy)
         rep = res.report or {}
-        ran_tests = rep.get("stage") == "ok" and "outputs" in rep
-        # a stop for a violation or a fork fails the candidate whatever it reported before
-        usable = ran_tests and res.status in ("ok", "timeout", "cpu_limit", "memory")
-        correct = bool(usable and all(e is None for e in rep["errors"]) and rep["outputs"] == self._expected[p.name])
-        if correct and res.status != "ok" and not rep.get("timing_started"):
-            correct = False  # the limit hit during the tests themselves
-        t = rep.get("timing") or {}
-        return CodeOutcome(correct, res.status, tuple(t.get("candidate_ns", ())), tuple(t.get("reference_ns", ())),
-                           timed_out=bool(correct and res.status != "ok"), detail=res.detail)
+        correct = bool(res.ran and all(e is None for e in rep["errors"]) and rep["outputs"] == self._expected[p.name])
+        if not correct or timing is None:
+            return CodeOutcome(correct, res.status, detail=res.detail)
+        timed = sandbox.run_job({"source": source, "entry": p.name, "calls": [],
+                                 "timing": {"reference": p.reference, "args": p.perf_args(),
+                                            "repeats": int(timing[0]), "warmup": int(timing[1])}}, self.policy)
+        t = (timed.report or {}).get("timing") if timed.status == "ok" else None
+        if timed.status in ("violation", "forked"):  # it behaved in the tests and not while timed: failed
+            return CodeOutcome(False, timed.status, detail=timed.detail)
+        if not t:
+            return CodeOutcome(True, timed.status, timed_out=True, detail=timed.detail or "timing did not finish")
+        return CodeOutcome(True, "ok", tuple(t["candidate_ns"]), tuple(t["reference_ns"]))
 
     def __call__(self, completions, answers, **context) -> list[float]:
         return [float(self.outcome(c, a).correct) for c, a in zip(completions, answers)]
