@@ -54,8 +54,15 @@ def test_continuation_logprobs_equal_an_unpadded_forward(tiny_model_dir, tmp_pat
                                                                "prompts_per_step": 2})
     s, _ = _sampled(tr, 2)
     b = s.batch
-    assert len(set(b.loss_mask.sum(-1).tolist())) > 1 or len(set(b.attention_mask[:, : b.prompt_width].sum(-1).tolist())) > 1
     eos = tr.tokenizer.eos_token_id
+    P = b.prompt_width
+    tokens, am, lm = b.tokens.clone(), b.attention_mask.clone(), b.loss_mask.clone()
+    lm[0, -2:] = False  # row 0: a reply of 4 tokens ending in EOS (stripped), garbage after it
+    tokens[0, P + 3] = eos
+    lm[2, -4:] = False  # row 2: a reply of 2 tokens, no EOS
+    am[1, :3] = False  # row 1: 3 columns of leading prompt padding (garbage tokens under them)
+    am[:, P:] = lm
+    b = b.replace(tokens=tokens, attention_mask=am, loss_mask=lm).validate()
     conts = [[17, 23, 5 + i] for i in range(b.size)]
     scored = [1 + i % 3 for i in range(b.size)]
     for mbs in (1, 4):
