@@ -156,6 +156,39 @@ def test_code_opt_stage_gates_on_the_tests(tiny_model_dir, tmp_path):
     assert info["code/correct_frac"] == 0.5
 
 
+@pytest.mark.skipif(not (sb.probe()["network"] and sb.probe()["filesystem"]), reason="no sandbox here")
+def test_code_opt_stops_malicious_candidates_scores_them_zero_and_the_run_goes_on(tiny_model_dir, tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    from policylab.tasks.code import PROBLEMS
+
+    tr = _trainer(tiny_model_dir, tmp_path, "code_opt", rollout={"max_new_tokens": 4})
+    s, ctx = _sampled(tr, 3)  # 3 prompts x 2 samples: six rows
+    name = s.examples[0].answer
+    marker = Path(tempfile.mkdtemp(prefix="policylab-marker-"))
+    marker.chmod(0o777)  # anyone may write here: only the sandbox stands in the way
+    body = f"def {name}(*a):\n    return None\n"
+    s.texts = [
+        f"import os\nos.fork()\n{body}",  # forks
+        f"def {name}(*a):\n    while True:\n        pass\n",  # loops
+        f"import socket\nsocket.create_connection(('127.0.0.1', 9))\n{body}",  # opens a socket
+        f"open({str(marker / 'pwned')!r}, 'w').write('x')\n{body}",  # writes outside its directory
+        f"def {name}(*a):\n    return bytearray(10**10)\n",  # allocates without bound
+        PROBLEMS[name].reference,  # honest
+    ]
+    s.examples = [s.examples[0]] * 6
+    st = _stage(tr, rm.code_runtime)
+    changes, info = st.fn(s, ctx.for_stage(tr.method, st))
+    assert changes["outcome"]["correct"].tolist() == [0.0] * 5 + [1.0]
+    assert changes["rewards"][:5].tolist() == [0.0] * 5  # stopped: scored as failed, no speed reward
+    assert float(changes["rewards"][5]) >= 0.5  # the honest reply after them still runs and scores
+    assert not (marker / "pwned").exists()
+    assert info["code/status_ok_frac"] < 1.0 and info["code/correct_frac"] == pytest.approx(1 / 6)
+    m = tr.train_step()  # and training goes on in the same process
+    assert "code/correct_frac" in m and tr.step == 1
+
+
 # ----------------------------------------------------------------------------- rfpo
 def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tiny_model_dir, tmp_path):
     tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
