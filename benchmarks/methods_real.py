@@ -28,7 +28,8 @@ RESULTS = Path(__file__).parent / "results"
 BUDGET = {"vapo": {"method_params": {"value_pretrain_steps": 1}},
           # code_opt's replies are whole functions: fewer new tokens than its exercise and smaller
           # micro-batches keep a step within this machine's time and memory (same update up to rounding)
-          "code_opt": {"rollout": {"max_new_tokens": 64}, "train": {"micro_batch_size": 4}}}
+          "code_opt": {"rollout": {"max_new_tokens": 64}, "train": {"micro_batch_size": 4}},
+          **{n: {"train": {"micro_batch_size": 4}} for n in ("rlcr", "mad_rl", "rlcpr", "rfpo")}}
 
 
 def settings(name: str, workdir: str) -> dict:

@@ -234,8 +234,8 @@ def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model
     from policylab import models
     from policylab.methods.spec import RunShape
 
-    with pytest.raises(Exception, match="train-critic"):
-        methods.get("rfpo").with_params({}, RunShape())
+    with pytest.raises(Exception, match="train-critic"):  # when the run's state is built, before any rollout
+        methods.get("rfpo").with_params({}, RunShape()).state_objects(0)
     with pytest.raises(Exception, match="no critic.json"):
         methods.get("rfpo").with_params({"critic_path": str(tmp_path)}, RunShape())
     path = methods.exercise_settings("rfpo", model=str(tiny_model_dir), workdir=tmp_path)["method_params"]["critic_path"]

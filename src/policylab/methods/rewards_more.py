@@ -179,10 +179,9 @@ def _frozen_critic(p, seed):
 
 
 def _needs_critic(run, p) -> None:
-    if not p.critic_path:
-        raise PolicylabError("rfpo needs method_params.critic_path: train the critic first with "
-                             "`policylab train-critic CONFIG --out DIR`")
-    if not (Path(p.critic_path) / "critic.json").is_file():
+    # a missing path is refused when the run's state is built (the Trainer, before any
+    # rollout): resolving the method alone (e.g. for its card or figure) needs no critic
+    if p.critic_path and not (Path(p.critic_path) / "critic.json").is_file():
         raise PolicylabError(f"rfpo: method_params.critic_path {p.critic_path!r} holds no critic.json; train it "
                              "with `policylab train-critic CONFIG --out DIR`")
 
