@@ -135,7 +135,7 @@ def posterior_gate(method: Method, *, lengths=(6, 9, 12, 18), concentrated=(0.62
 
 
 @view("runtime_reward")
-def runtime_reward(method: Method, *, reference_ms: float = 10.0, spread: float = 0.04, points: int = 41) -> list[Panel]:
+def runtime_reward(method: Method, *, reference_ms: float = 10.0, spread: float = 0.3, points: int = 81) -> list[Panel]:
     """code_opt's reward against a correct candidate's median runtime relative to the
     reference's, with the noise band shaded by marks, and the flat reward of incorrect
     code: the kernel the reward stage calls, with the method's parameters, on synthetic
@@ -157,7 +157,7 @@ def runtime_reward(method: Method, *, reference_ms: float = 10.0, spread: float 
                   [Series(T("passes every test", "通过全部测试"), xs, right.tolist()),
                    Series(T("fails a test (never timed into the reward)", "未通过测试（运行时间不计入奖励）"), xs,
                           wrong.tolist(), reference=True)],
-                  xscale="log", marks=[Mark("x", lo / med, T("noise band", "噪声带")), Mark("x", hi / med, T("noise band", "噪声带"))],
+                  xscale="log", marks=[Mark("x", lo / med, T("noise band, low", "噪声带下界")), Mark("x", hi / med, T("noise band, high", "噪声带上界"))],
                   source="rewards.runtime.code_opt_rewards on synthetic timings (the stage code_runtime measures them "
                          "in the sandbox)")]
 
