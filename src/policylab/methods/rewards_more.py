@@ -93,7 +93,8 @@ register(policy_gradient_method(
         title="RLCPR: Rethinking Probability-Based Reinforcement Learning From Posterior Concentration", arxiv="",
         family="reward (shaping)", **_ROLES, reference="none",
         summary="relative length penalty only when every reply of the group is longer than L_thr and the model's "
-                "own answer posteriors (a scoring forward: p(reference answer | prompt, reply)) span less than τ",
+                "own answer posteriors (a scoring forward: the probability of the reference answer after the "
+                "reply) span less than τ",
         status=_KERNEL,
         not_established="RL improvement from the shaping; the entropy-CDF stratified prompt mix is a kernel only "
                         "(the source samples prompts in stream order)",
@@ -193,7 +194,7 @@ register(policy_gradient_method(
         family="reward (critic-derived) + advantage", **_ROLES, reference="none",
         critic="frozen: a value head trained beforehand on the base model's labelled rollouts, on the frozen base "
                "model's hidden states; in no optimizer group, rebuilt from method_params.critic_path",
-        summary="no verifier during RL: reward 1[V_ψ(y) − b(|y|) ≥ τ] for finished replies (a flagged forecast for "
+        summary="no verifier during RL: reward 1[V_ψ(y) − b(len y) ≥ τ] for finished replies (a flagged forecast for "
                 "truncated ones), GAE with the frozen V_ψ(s_t) as baseline",
         status=_KERNEL,
         not_established="critic scores are not capability evidence; freezing prevents drift, not bias; the toy "
