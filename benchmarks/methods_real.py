@@ -26,9 +26,9 @@ from policylab.trainer import Trainer
 RESULTS = Path(__file__).parent / "results"
 # budget choices of this benchmark (a short run): one value-pretraining step for vapo
 BUDGET = {"vapo": {"method_params": {"value_pretrain_steps": 1}},
-          # code_opt's replies are whole functions: fewer new tokens than its exercise and smaller
-          # micro-batches keep a step within this machine's time and memory (same update up to rounding)
-          "code_opt": {"rollout": {"max_new_tokens": 64}, "train": {"micro_batch_size": 4}},
+          # code_opt's replies are whole functions: fewer new tokens than its exercise, 2 prompts a step and
+          # smaller micro-batches keep a step within this machine's time and memory (same update up to rounding)
+          "code_opt": {"rollout": {"max_new_tokens": 64, "prompts_per_step": 2}, "train": {"micro_batch_size": 4}},
           **{n: {"train": {"micro_batch_size": 4}} for n in ("rlcr", "mad_rl", "rlcpr", "rfpo")}}
 
 

@@ -29,6 +29,9 @@ EVIDENCE = {
              "steps, finite metrics (benchmarks/results/methods_real.md); no learning claim"),
     **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
+    "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task, finite metrics "
+             "(benchmarks/results/methods_real_13a.md): no reply stated a confidence in 16 new tokens "
+             "(calibration/missing_frac 1.0), so every reward came from the penalty path; no learning claim"),
 }
 
 

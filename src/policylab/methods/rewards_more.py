@@ -223,7 +223,7 @@ register(policy_gradient_method(
 # ----------------------------------------------------------------------------- preparation
 _CRITIC_BUDGET = {
     "test": dict(prompts=4, group_size=2, epochs=50, max_new_tokens=4),
-    "real": dict(prompts=32, group_size=4, epochs=300, max_new_tokens=12),
+    "real": dict(prompts=16, group_size=4, epochs=300, max_new_tokens=12),
 }
 
 
