@@ -27,7 +27,8 @@ _ROLES = dict(
     samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
     learns="π_θ (the only differentiable policy)",
 )
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
+_KERNEL = ("kernel verified; one trainer step on a tiny random Llama in the test suite; not yet run end to end on "
+           "SmolLM2-135M-Instruct")
 
 
 def _unit_open(v) -> str | None:
