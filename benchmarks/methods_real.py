@@ -25,26 +25,33 @@ from policylab.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
 # budget choices of this benchmark (a short run): one value-pretraining step for vapo
-BUDGET = {"vapo": {"method_params": {"value_pretrain_steps": 1}}}
+BUDGET = {"vapo": {"method_params": {"value_pretrain_steps": 1}},
+          # code_opt's replies are whole functions: fewer new tokens than its exercise, 2 prompts a step and
+          # smaller micro-batches keep a step within this machine's time and memory (same update up to rounding)
+          "code_opt": {"rollout": {"max_new_tokens": 64, "prompts_per_step": 2}, "train": {"micro_batch_size": 4}},
+          **{n: {"train": {"micro_batch_size": 4}} for n in ("rlcr", "mad_rl", "rlcpr", "rfpo")}}
 
 
-def settings(name: str) -> dict:
+def settings(name: str, workdir: str) -> dict:
     """The settings a method needs to do anything (its spec's `exercise`, e.g. a bf16
-    behavior engine for the mismatch corrections), plus this benchmark's budget choices."""
-    out = {k: dict(v) for k, v in methods.get(name).exercise.items()}
+    behavior engine for the mismatch corrections, and what must be made first, e.g. RFPO's
+    critic trained on the embedded model's rollouts into `workdir`), plus this
+    benchmark's budget choices."""
+    out = methods.exercise_settings(name, model="embedded", workdir=workdir, budget="real")
     for k, v in BUDGET.get(name, {}).items():
         out[k] = {**out.get(k, {}), **v}
     return out
 
 
 def run(name: str, steps: int) -> dict:
-    extra = settings(name)
     with tempfile.TemporaryDirectory() as d:
+        extra = settings(name, d)
         cfg = config_from_dict({
             "method": name, "model": "embedded", "run_dir": d, "seed": 0,
             "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 12, **extra.get("rollout", {})},
             "train": {"steps": steps, "lr": 1e-5, "micro_batch_size": 16, **extra.get("train", {})},
             "method_params": extra.get("method_params", {}),
+            **({"task": extra["task"]} if "task" in extra else {}),
             "log": {"tensorboard": False, "progress": False},
             # any other section the method is exercised under (e.g. its task) as given
             **{k: v for k, v in extra.items() if k not in ("rollout", "train", "method_params", "log")},
@@ -54,6 +61,11 @@ def run(name: str, steps: int) -> dict:
         for _ in range(steps):
             rows.append(tr.train_step())
         secs = time.perf_counter() - t0
+        made = {}
+        path = extra.get("method_params", {}).get("critic_path")
+        if path:  # a critic made for this run in the temporary directory: record what it is, not where
+            made["critic"] = json.loads((Path(path) / "critic.json").read_text())["calibration"]
+            extra = {**extra, "method_params": {**extra["method_params"], "critic_path": "(trained for this run)"}}
     finite = all(math.isfinite(v) for r in rows for k, v in r.items() if isinstance(v, float))
     trained = [r for r in rows if "loss/policy" in r]
     return {
@@ -65,7 +77,18 @@ def run(name: str, steps: int) -> dict:
         "loss_policy": [round(r["loss/policy"], 4) for r in trained],
         "grad_norm": [round(r["grad_norm"], 3) for r in trained if "grad_norm" in r],
         "all_metrics_finite": finite,
+        **({"made": made} if made else {}),
+        **({"method_metrics": method_metrics(rows)} if method_metrics(rows) else {}),
     }
+
+
+# the metrics a method's own stages log (beyond reward, loss and gradient norm)
+_OWN = ("accuracy", "calibration/", "distribution/", "rlcpr/", "code/", "rfpo/")
+
+
+def method_metrics(rows: list[dict]) -> dict:
+    keys = sorted({k for r in rows for k in r if k.startswith(_OWN)})
+    return {k: [round(float(r[k]), 4) if k in r else None for r in rows] for k in keys}
 
 
 def main() -> None:
@@ -99,6 +122,13 @@ def main() -> None:
                      f"{r['steps']} | {r['optimizer_steps']} | "
                      f"{int(r['skipped'])} | {r['reward']} | {r['loss_policy']} | {r['grad_norm']} | "
                      f"{r['all_metrics_finite']} | {r['seconds']} |")
+    own = [(n, r) for n, r in sorted(out.items()) if r.get("method_metrics") or r.get("made")]
+    if own:
+        lines += ["", "## What the reward stages logged (per step)", ""]
+        for n, r in own:
+            lines.append(f"- `{n}`: " + "; ".join(f"{k} {v}" for k, v in r.get("method_metrics", {}).items()))
+            if r.get("made"):
+                lines.append(f"  - made first: {json.dumps(r['made'])}")
     lines += ["", "A policy loss of 0.0 with a nonzero grad norm (grpo-style sequence-mean aggregation, one on-policy "
                   "update) is expected: at ratio 1 the loss value is −mean(A), and group-centred advantages sum to "
                   "0; the gradient Σ A ∇log π is not zero."]

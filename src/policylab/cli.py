@@ -9,6 +9,8 @@
     policylab convert-checkpoint RUN_DIR --i-trust-this-file   old pickle checkpoints -> safe format
     policylab compare CONFIG.yaml [--plan] [--report-only]   methods x seeds on one task and budget, one report
     policylab methods [NAME]                            the methods table, or one method's card
+    policylab train-critic CONFIG --out DIR             RFPO's critic, from the base model's own labelled rollouts
+                     [--prompts N] [--group-size G] [--epochs E] [--set key=value ...]
     policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
     policylab explain NAME [--lang en|zh]               card, formula and live examples
     policylab site build OUT_DIR                        the static question-bank site
@@ -122,6 +124,26 @@ def _convert(args) -> int:
     return 0
 
 
+def _train_critic(args) -> int:
+    from pathlib import Path
+
+    from .config import ConfigError, load_config
+    from .critic_training import train_frozen_critic
+    from .taskrun import check_imports
+
+    cfg = load_config(args.config, args.set or [])
+    check_imports(cfg.task, args.config, allow=True)
+    out = Path(args.out)
+    if (out / "critic.json").exists() and not args.overwrite:
+        raise ConfigError(f"{out} already holds a critic (critic.json); pass --overwrite to replace it")
+    if args.prompts < 2 or args.group_size < 1 or args.epochs < 1:
+        raise ConfigError("--prompts must be >= 2, --group-size and --epochs >= 1")
+    train_frozen_critic(cfg, out, prompts=args.prompts, group_size=args.group_size, epochs=args.epochs,
+                        say=lambda m: print(m, file=sys.stderr))
+    print(f"method_params.critic_path={out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="policylab", description="Role-explicit RL post-training for language models.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -159,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)
+    k = sub.add_parser("train-critic", help="train RFPO's frozen critic on the base model's own labelled rollouts")
+    k.add_argument("config", help="a run config: its model, task (train split) and rollout settings are used")
+    k.add_argument("--out", required=True, help="the critic checkpoint directory (method_params.critic_path)")
+    k.add_argument("--prompts", type=int, default=64, help="train prompts sampled (a quarter calibrate)")
+    k.add_argument("--group-size", type=int, default=4, help="replies per prompt")
+    k.add_argument("--epochs", type=int, default=300, help="full-batch Adam steps of the head")
+    k.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
+    k.add_argument("--overwrite", action="store_true", help="replace a critic already in --out")
+    k.set_defaults(fn=_train_critic)
     i = sub.add_parser("integrations", help="engines installed (verl, TRL) and the policylab names they registered")
     i.add_argument("--python", default=None, metavar="PY",
                    help="check verl with this interpreter (e.g. .venv-verl/bin/python), the way its workers load it")

@@ -23,7 +23,8 @@ class ConfigError(PolicylabError):
     """A config key or value that cannot be used."""
 
 
-TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "gsm", "menu_arithmetic", "two_turn_arithmetic")
+TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "gsm", "menu_arithmetic", "two_turn_arithmetic", "confidence",
+              "distribution", "code")
 ENGINE_DTYPES = ("fp32", "bf16", "int8", "int4")
 
 
@@ -31,7 +32,8 @@ ENGINE_DTYPES = ("fp32", "bf16", "int8", "int4")
 class TaskConfig:
     # arithmetic | jsonl | reasoning_gym | gsm (reasoning-gym's GSM-Symbolic word problems) | menu_arithmetic
     # (pick the option label; scored by menu_label) | two_turn_arithmetic (a two-turn dialogue for methods with a
-    # multi-turn source)
+    # multi-turn source) | confidence (answer with a stated confidence) | distribution (draws from a
+    # stated distribution) | code (short Python functions, tested in the sandbox)
     name: str = "arithmetic"
     ops: tuple[str, ...] = ("+", "*")  # arithmetic, menu_arithmetic: operations to draw from
     digits: int = 1  # arithmetic, menu_arithmetic, two_turn_arithmetic: digits per operand
@@ -43,9 +45,16 @@ class TaskConfig:
     prompt_suffix: str = ""  # reasoning_gym / gsm: text appended to every question (e.g. " Reply with only the number.")
     heldout_fraction: float = 0.5  # arithmetic / reasoning_gym / gsm: share of problems held out (split by a hash of the problem)
     split_seed: int = 0  # arithmetic / reasoning_gym / gsm: seed of the split (keep it to compare runs on one held-out set)
-    reward: str = "auto"  # the verifier (outcome = correctness): auto (the task's own: exact_numeric; reasoning_gym: dataset; gsm: math_verify; menu_arithmetic: menu_label) | exact_numeric | math_verify | menu_label | dataset (reasoning-gym's score_answer) | module:function
+    reward: str = "auto"  # the verifier (outcome = correctness): auto (the task's own: exact_numeric; reasoning_gym: dataset; gsm: math_verify; menu_arithmetic: menu_label; confidence: confidence_answer; distribution: valid_outcome; code: code_tests) | exact_numeric | math_verify | menu_label | confidence_answer | valid_outcome | code_tests | dataset (reasoning-gym's score_answer) | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
+    sandbox_cpu_seconds: float = 2.0  # code: CPU time of one candidate's process (policylab.sandbox)
+    sandbox_memory_mb: int = 512  # code: address-space limit of one candidate's process
+    sandbox_wall_seconds: float = 10.0  # code: wall-clock limit of one candidate's process
+    sandbox_without_network_isolation: bool = False  # code: run model-written code with this machine's network when no network namespace can be made (refused otherwise)
+    sandbox_without_filesystem_isolation: bool = False  # code: let model-written code write wherever its user may when Landlock is unavailable (refused otherwise)
+
+
 
 
 @dataclass
@@ -279,6 +288,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         (0 < cfg.task.heldout_fraction < 1, "task.heldout_fraction must be in (0, 1)"),
         (t.budget_seconds >= 0 and t.budget_tokens >= 0, "train.budget_seconds and train.budget_tokens must be >= 0"),
         (not (t.budget_seconds and t.budget_tokens), "give train.budget_seconds or train.budget_tokens, not both"),
+        (cfg.task.sandbox_cpu_seconds > 0 and cfg.task.sandbox_wall_seconds > 0 and cfg.task.sandbox_memory_mb >= 64,
+         "task.sandbox_cpu_seconds and task.sandbox_wall_seconds must be > 0, task.sandbox_memory_mb >= 64"),
     ]
     for ok, msg in checks:
         if not ok:

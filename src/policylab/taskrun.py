@@ -83,16 +83,28 @@ def _reward_fn(name: str):
         return rewards.exact_numeric_reward
     if name == "math_verify":
         return rewards.math_verify_reward
+    if name == "confidence_answer":
+        from .rewards.calibration import confidence_answer_reward
+
+        return confidence_answer_reward
+    if name == "valid_outcome":
+        from .rewards.distribution import valid_outcome_reward
+
+        return valid_outcome_reward
+    if name == "code_tests":
+        raise ConfigError("task.reward code_tests runs the code task's tests: it needs task.name=code")
     if name == "menu_label":
         from .tasks.menu import menu_label_reward
 
         return menu_label_reward
-    raise ConfigError(f"task.reward {name!r} is not one of auto, exact_numeric, math_verify, menu_label, dataset, module:function")
+    raise ConfigError(f"task.reward {name!r} is not one of auto, exact_numeric, math_verify, menu_label, confidence_answer, "
+                      "valid_outcome, code_tests, dataset, module:function")
 
 
 # the verifier `task.reward: auto` stands for, per task
 AUTO_REWARD = {"arithmetic": "exact_numeric", "jsonl": "exact_numeric", "reasoning_gym": "dataset",
-               "gsm": "math_verify", "menu_arithmetic": "menu_label", "two_turn_arithmetic": "exact_numeric"}
+               "gsm": "math_verify", "menu_arithmetic": "menu_label", "two_turn_arithmetic": "exact_numeric",
+               "confidence": "confidence_answer", "distribution": "valid_outcome", "code": "code_tests"}
 # reasoning-gym's GSM-Symbolic: GSM8K problems as templates whose names and numbers are re-drawn
 GSM_DATASET = "gsm_symbolic"
 
@@ -102,11 +114,55 @@ def verifier_name(cfg: TaskConfig) -> str:
     return AUTO_REWARD.get(cfg.name, "exact_numeric") if cfg.reward == "auto" else cfg.reward
 
 
+# tasks whose replies the numeric verifiers cannot read: the verifier each one needs
+_OWN_VERIFIER = {"confidence": "confidence_answer", "distribution": "valid_outcome", "code": "code_tests"}
+
+
+def sandbox_policy(cfg: TaskConfig):
+    """The sandbox limits and opt-outs of `task.sandbox_*` (policylab.sandbox)."""
+    from .sandbox import SandboxLimits, SandboxPolicy
+
+    return SandboxPolicy(SandboxLimits(cpu_seconds=cfg.sandbox_cpu_seconds, memory_mb=cfg.sandbox_memory_mb,
+                                       wall_seconds=cfg.sandbox_wall_seconds),
+                         without_network_isolation=cfg.sandbox_without_network_isolation,
+                         without_filesystem_isolation=cfg.sandbox_without_filesystem_isolation)
+
+
+def _more_tasks(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
+    """The confidence, distribution and code tasks (policylab.tasks.confidence / distribution / code)."""
+    own = _OWN_VERIFIER[cfg.name]
+    if reward_name in ("exact_numeric", "math_verify", "menu_label"):
+        raise ConfigError(f"task.name={cfg.name} needs task.reward={own} (or auto, or a module:function verifier): "
+                          f"{reward_name} cannot read its replies")
+    if cfg.name == "code":
+        from .tasks.code import CodeTask, CodeVerifier
+
+        t = CodeTask(seed=seed)
+        reward = CodeVerifier(sandbox_policy(cfg)) if reward_name == "code_tests" else _reward_fn(reward_name)
+        desc = f"code: {len(t.train_names)} train / {t.heldout_size()} held-out Python functions, sandboxed tests"
+    elif cfg.name == "confidence":
+        from .tasks.confidence import ConfidenceTask
+
+        t = ConfidenceTask(ops=tuple(cfg.ops), digits=cfg.digits, seed=seed)
+        reward = _reward_fn(reward_name)
+        desc = f"arithmetic {'/'.join(cfg.ops)} with a stated confidence; {t.heldout_size()} held-out problems"
+    else:
+        from .tasks.distribution import DistributionTask
+
+        t = DistributionTask(seed=seed)
+        reward = _reward_fn(reward_name)
+        desc = f"draws from stated distributions: {len(t.train)} train / {t.heldout_size()} held-out prompts"
+    return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
+                      t.load_state_dict, desc)
+
+
 def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
     reward_name = verifier_name(cfg)
     if reward_name == "dataset" and cfg.name not in ("reasoning_gym", "gsm"):
         raise ConfigError(f"task.reward=dataset is the scorer of a reasoning-gym dataset; task {cfg.name!r} has none "
                           "(use exact_numeric, math_verify or module:function)")
+    if cfg.name in _OWN_VERIFIER:
+        return _more_tasks(cfg, reward_name, seed)
     if cfg.name == "arithmetic":
         from .tasks.arithmetic import ArithmeticTask
 

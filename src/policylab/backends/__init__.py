@@ -8,6 +8,7 @@ the same two interfaces.
     PolicyWorker     role_logprobs(role, batch), values(batch), logprobs_at(batch, ids),
                      vocab_stats(batch, kl_to_reference=...) (full-vocabulary entropy and KL
                      to the reference per position, chunked), prompt_logprobs(role, batch),
+                     continuation_logprobs(batch, continuations, scored, strip_token=...),
                      optimizer_step(method, minibatch, adv, ...), value_step(...)
 
 Versions are explicit: the trainer calls `sync_weights(v)` after the weights changed to
@@ -53,6 +54,9 @@ class PolicyWorker(Protocol):
     def vocab_stats(self, batch: RolloutBatch, *, kl_to_reference: bool = False) -> dict[str, torch.Tensor]: ...
 
     def prompt_logprobs(self, role: str, batch: RolloutBatch) -> torch.Tensor: ...
+
+    def continuation_logprobs(self, batch: RolloutBatch, continuations: list[list[int]], scored: list[int], *,
+                              strip_token: int | None = None) -> torch.Tensor: ...
 
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *,
                        old_from_same_forward: bool) -> dict: ...

@@ -178,6 +178,51 @@ class LocalWorker:
             return self.ref_model
         raise PolicylabError(f"unknown role {role!r}: the worker computes logp_old, logp_current and logp_ref")
 
+    def continuation_logprobs(self, batch: RolloutBatch, continuations: list[list[int]], scored: list[int], *,
+                              strip_token: int | None = None) -> torch.Tensor:
+        """[B] summed log-probability, under the current policy (raw distribution:
+        temperature 1, no top-p/k), of the last `scored[i]` tokens of `continuations[i]`
+        appended after row i's prompt and counted response tokens (its loss-mask tokens,
+        minus a trailing `strip_token`, e.g. EOS, when given). The other appended tokens
+        are context. One scoring forward, in micro-batches; no gradient.
+
+        Used to read what the model believes after its own reply, e.g. the probability of a
+        reference answer after each response (an answer posterior)."""
+        if len(continuations) != batch.size or len(scored) != batch.size:
+            raise PolicylabError(f"continuation_logprobs: {len(continuations)} continuations and {len(scored)} "
+                                 f"scored counts for {batch.size} rows")
+        rows = []
+        for i in range(batch.size):
+            prompt = batch.tokens[i, : batch.prompt_width][batch.attention_mask[i, : batch.prompt_width]]
+            resp = batch.tokens[i, batch.prompt_width:][batch.loss_mask[i]]
+            if strip_token is not None and resp.numel() and int(resp[-1]) == int(strip_token):
+                resp = resp[:-1]
+            k = int(scored[i])
+            if not 1 <= k <= len(continuations[i]):
+                raise PolicylabError(f"continuation_logprobs: row {i} scores {k} of {len(continuations[i])} tokens")
+            rows.append((torch.cat([prompt, resp, torch.as_tensor(continuations[i][:-k], dtype=torch.long)]),
+                         torch.as_tensor(continuations[i][-k:], dtype=torch.long)))
+        P = max(int(c.numel()) for c, _ in rows)
+        T = max(int(t.numel()) for _, t in rows)
+        pad = 0
+        tokens = torch.full((batch.size, P + T), pad, dtype=torch.long)
+        am = torch.zeros((batch.size, P + T), dtype=torch.bool)
+        mask = torch.zeros((batch.size, T), dtype=torch.bool)
+        for i, (ctx, tgt) in enumerate(rows):
+            tokens[i, P - ctx.numel(): P] = ctx
+            am[i, P - ctx.numel(): P] = True
+            tokens[i, P: P + tgt.numel()] = tgt
+            am[i, P: P + tgt.numel()] = True
+            mask[i, : tgt.numel()] = True
+        device = next(self.model.parameters()).device
+        out = []
+        for idx in torch.arange(batch.size).split(self.micro_batch_size):
+            with autocast(self.dtype, self.device):
+                lp = model_logprobs(self.model, tokens[idx].to(device), am[idx].to(device), P,
+                                    sampling=SamplingSettings(), mask=mask[idx].to(device))
+            out.append(torch.where(mask[idx].to(lp.device), lp.float(), torch.zeros((), dtype=torch.float32)).sum(-1))
+        return torch.cat(out).cpu()
+
     # ------------------------------------------------------------------ updates
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *, old_from_same_forward: bool,
                        grad_transforms=None, post_step=None) -> dict:

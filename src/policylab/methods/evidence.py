@@ -49,6 +49,9 @@ EVIDENCE = {
                             "them: they are always correct)"),
     "erils": _REAL14.format(opt=2, extra=_SELF.format(role="external") + "; the third step's batch had reward 0 "
                             "everywhere, so no update"),
+    "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task, finite metrics "
+             "(benchmarks/results/methods_real_13a.md): no reply stated a confidence in 16 new tokens "
+             "(calibration/missing_frac 1.0), so every reward came from the penalty path; no learning claim"),
 }
 
 

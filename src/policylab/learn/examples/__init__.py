@@ -34,4 +34,5 @@ from . import (  # noqa: E402,F401  (register the examples)
     offpolicy_engine,
     offpolicy_objectives,
     offpolicy_topics,
+    rewards_more,
 )

@@ -1,0 +1,304 @@
+"""A small code task: write a short Python function; it is run in the sandbox.
+
+Each problem has a prompt ("Write a Python function `sum_evens(nums)` that returns ...
+Reply with only the code."), correctness tests (argument lists whose expected return
+values come from running the reference solution in this process: trusted code, and the
+expected values never enter the sandbox), a reference solution, and a larger performance
+input on which the reference's runtime distribution is measured (`measure_reference`, and
+next to every candidate by `CodeVerifier.run_timed`).
+
+Split. A problem is held out iff blake2b("policylab-code-split:{name}") / 2^64 <
+`heldout_fraction` (default 1/3): a pure function of the problem, so the train and
+held-out problems are disjoint by construction. The train stream cycles through the
+train problems in a seeded order per epoch; its state is one position counter.
+
+The verifier (`CodeVerifier`, the reward `code_tests`): the reply's code (the first
+fenced block if there is one, else the whole reply) is run in the sandbox
+(`policylab.sandbox`) on the tests; reward 1.0 iff it ran and every return value equals
+the expected one (after JSON canonicalization: tuples compare as lists), else 0.0. A
+candidate that loops, forks, allocates without bound, writes outside its directory or
+opens a socket is stopped there and scores 0; training goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass
+
+from ..errors import PolicylabError
+from .example import Example
+
+PROMPT = "Write a Python function `{signature}` that {description}. Reply with only the code."
+MAX_SOURCE_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str  # also the function name
+    signature: str
+    description: str
+    reference: str  # source of a correct solution
+    tests: tuple  # argument lists
+    perf: str  # Python expression building the performance arguments (a list), seeded by `rng`
+
+    def perf_args(self) -> list:
+        rng = random.Random(f"policylab-code-perf:{self.name}")
+        return eval(self.perf, {"rng": rng, "range": range, "list": list})  # noqa: S307  (our own constant)
+
+
+def _p(name, args, description, body, tests, perf) -> Problem:
+    return Problem(name, f"{name}({args})", description, f"def {name}({args}):\n{body}\n", tuple(tests), perf)
+
+
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (
+    _p("sum_evens", "nums", "returns the sum of the even numbers in the list `nums`",
+       "    return sum(x for x in nums if x % 2 == 0)",
+       [[[1, 2, 3, 4]], [[]], [[-2, 5, 7]], [[1, 3]]], "[[rng.randrange(-1000, 1000) for _ in range(20000)]]"),
+    _p("count_vowels", "s", "returns how many vowels (a, e, i, o, u, upper or lower case) the string `s` contains",
+       "    return sum(1 for c in s.lower() if c in 'aeiou')",
+       [["hello"], [""], ["AEIOU xyz"], ["rhythm"]], "[''.join(rng.choice('abcdeiouxyz ') for _ in range(20000))]"),
+    _p("reverse_words", "s", "returns the words of `s` in reverse order, joined by single spaces",
+       "    return ' '.join(reversed(s.split()))",
+       [["the quick fox"], ["one"], ["  a  b "], [""]], "[' '.join(str(rng.randrange(100)) for _ in range(5000))]"),
+    _p("is_palindrome", "s", "returns True if `s` reads the same backwards, ignoring case and every character "
+       "that is not a letter or a digit",
+       "    t = [c.lower() for c in s if c.isalnum()]\n    return t == t[::-1]",
+       [["Racecar"], ["A man, a plan, a canal: Panama"], ["abc"], [""]], "['ab' * 5000 + 'ba' * 5000]"),
+    _p("running_sum", "nums", "returns the list of prefix sums of `nums` (element i is nums[0] + ... + nums[i])",
+       "    out, total = [], 0\n    for x in nums:\n        total += x\n        out.append(total)\n    return out",
+       [[[1, 2, 3]], [[]], [[5, -5, 5]]], "[[rng.randrange(100) for _ in range(10000)]]"),
+    _p("dedupe", "items", "returns the items of the list `items` without repeats, each kept at its first position",
+       "    seen, out = set(), []\n    for x in items:\n        if x not in seen:\n            seen.add(x)\n"
+       "            out.append(x)\n    return out",
+       [[[3, 1, 3, 2, 1]], [[]], [["a", "b", "a"]]], "[[rng.randrange(3000) for _ in range(6000)]]"),
+    _p("second_largest", "nums", "returns the second largest distinct value in `nums`, or None if there are fewer "
+       "than two distinct values",
+       "    vals = sorted(set(nums))\n    return vals[-2] if len(vals) >= 2 else None",
+       [[[3, 1, 4, 4]], [[7]], [[2, 2]], [[-1, -5, -3]]], "[[rng.randrange(10**6) for _ in range(20000)]]"),
+    _p("count_primes", "n", "returns how many prime numbers are smaller than the integer `n`",
+       "    if n < 3:\n        return 0\n    sieve = bytearray([1]) * n\n    sieve[0] = sieve[1] = 0\n"
+       "    for i in range(2, int(n ** 0.5) + 1):\n        if sieve[i]:\n"
+       "            sieve[i * i::i] = bytearray(len(range(i * i, n, i)))\n    return sum(sieve)",
+       [[10], [2], [3], [30], [0]], "[20000]"),
+    _p("fib", "n", "returns the n-th Fibonacci number, with fib(0) = 0 and fib(1) = 1",
+       "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a",
+       [[0], [1], [10], [30]], "[1500]"),
+    _p("gcd", "a, b", "returns the greatest common divisor of the non-negative integers `a` and `b` "
+       "(gcd(0, 0) = 0)",
+       "    while b:\n        a, b = b, a % b\n    return a",
+       [[12, 18], [7, 0], [0, 0], [17, 5]], "[2**61 - 1, 2**31 - 1]"),
+    _p("max_subarray", "nums", "returns the largest sum of a non-empty run of consecutive elements of `nums`",
+       "    best = cur = nums[0]\n    for x in nums[1:]:\n        cur = max(x, cur + x)\n        best = max(best, cur)\n"
+       "    return best",
+       [[[1, -2, 3, 4, -1]], [[-3, -1, -2]], [[5]]], "[[rng.randrange(-100, 100) for _ in range(5000)]]"),
+    _p("char_counts", "s", "returns a dict mapping each character of `s` to the number of times it occurs",
+       "    out = {}\n    for c in s:\n        out[c] = out.get(c, 0) + 1\n    return out",
+       [["banana"], [""], ["aA"]], "[''.join(rng.choice('abcdef') for _ in range(20000))]"),
+    _p("flatten", "lists", "returns one list with the elements of the lists in `lists`, in order",
+       "    return [x for sub in lists for x in sub]",
+       [[[[1, 2], [3], []]], [[]], [[[0], [0]]]], "[[[rng.randrange(9) for _ in range(20)] for _ in range(1000)]]"),
+    _p("transpose", "matrix", "returns the transpose of the rectangular matrix `matrix` (a list of equal-length "
+       "rows) as a list of lists",
+       "    return [list(col) for col in zip(*matrix)]",
+       [[[[1, 2, 3], [4, 5, 6]]], [[[1]]], [[[1, 2]]]], "[[[rng.randrange(9) for _ in range(100)] for _ in range(100)]]"),
+    _p("rotate", "nums, k", "returns the list `nums` rotated right by `k` positions (k may exceed the length)",
+       "    if not nums:\n        return []\n    k %= len(nums)\n    return nums[-k:] + nums[:-k] if k else list(nums)",
+       [[[1, 2, 3, 4], 1], [[1, 2, 3], 5], [[], 3], [[1, 2], 0]], "[list(range(20000)), 7777]"),
+    _p("merge_sorted", "a, b", "returns one sorted list with the elements of the sorted lists `a` and `b`",
+       "    i = j = 0\n    out = []\n    while i < len(a) and j < len(b):\n        if a[i] <= b[j]:\n"
+       "            out.append(a[i])\n            i += 1\n        else:\n            out.append(b[j])\n            j += 1\n"
+       "    return out + a[i:] + b[j:]",
+       [[[1, 3, 5], [2, 4]], [[], [1]], [[1, 1], [1]]], "[list(range(0, 20000, 2)), list(range(1, 20000, 2))]"),
+    _p("longest_run", "nums", "returns the length of the longest run of equal consecutive values in `nums` "
+       "(0 for an empty list)",
+       "    best = cur = 0\n    prev = object()\n    for x in nums:\n        cur = cur + 1 if x == prev else 1\n"
+       "        prev = x\n        best = max(best, cur)\n    return best",
+       [[[1, 1, 2, 2, 2, 3]], [[]], [[4]], [[1, 2, 1]]], "[[rng.randrange(3) for _ in range(20000)]]"),
+    _p("digit_sum", "n", "returns the sum of the decimal digits of the non-negative integer `n`",
+       "    return sum(int(c) for c in str(n))",
+       [[0], [123], [9999], [10]], "[7 ** 5000]"),
+    _p("has_pair_sum", "nums, target", "returns True if two elements at different positions of `nums` add up to "
+       "`target`, else False",
+       "    seen = set()\n    for x in nums:\n        if target - x in seen:\n            return True\n        seen.add(x)\n"
+       "    return False",
+       [[[1, 4, 6], 10], [[5], 10], [[5, 5], 10], [[], 0], [[1, 2], 4]], "[list(range(0, 10000, 2)), -1]"),
+    _p("unique_count", "nums", "returns how many distinct values the list `nums` contains",
+       "    return len(set(nums))",
+       [[[1, 2, 2, 3]], [[]], [[0, 0]]], "[[rng.randrange(5000) for _ in range(20000)]]"),
+    _p("capitalize_words", "s", "returns `s` with the first letter of every space-separated word in upper case "
+       "and the rest of each word unchanged",
+       "    return ' '.join(w[:1].upper() + w[1:] for w in s.split(' '))",
+       [["hello world"], ["a"], [""], ["mIxed cASE"]], "[' '.join('word' for _ in range(5000))]"),
+    _p("factorial", "n", "returns n! for the non-negative integer `n` (0! = 1)",
+       "    out = 1\n    for i in range(2, n + 1):\n        out *= i\n    return out",
+       [[0], [1], [5], [10]], "[1500]"),
+    _p("binary_string", "n", "returns the binary representation of the non-negative integer `n` as a string of "
+       "0s and 1s, without a prefix",
+       "    return bin(n)[2:]",
+       [[0], [5], [8], [255]], "[2 ** 12000 - 1]"),
+    _p("count_pairs", "nums, target", "returns the number of index pairs i < j with nums[i] + nums[j] == target",
+       "    counts, total = {}, 0\n    for x in nums:\n        total += counts.get(target - x, 0)\n"
+       "        counts[x] = counts.get(x, 0) + 1\n    return total",
+       [[[1, 2, 3, 2], 4], [[], 1], [[1, 1, 1], 2]], "[[rng.randrange(100) for _ in range(5000)], 99]"),
+)}
+
+
+def expected_outputs(problem: Problem) -> list:
+    """The reference's return values on the tests, canonical JSON (the reference is
+    policylab's own code: it runs in this process)."""
+    scope: dict = {}
+    exec(compile(problem.reference, f"<reference {problem.name}>", "exec"), scope)  # noqa: S102
+    fn = scope[problem.name]
+    return [json.loads(json.dumps(fn(*json.loads(json.dumps(a))))) for a in problem.tests]
+
+
+_FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(reply: str) -> str:
+    """The code of a reply: the first fenced block (an unclosed fence runs to the end),
+    else the whole reply; at most MAX_SOURCE_CHARS characters."""
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    m = _FENCE.search(reply)
+    code = m.group(1) if m else reply
+    return code[:MAX_SOURCE_CHARS]
+
+
+def _hash01(text: str) -> float:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") / 2**64
+
+
+class CodeTask:
+    """The train / held-out streams over `PROBLEMS` (see the module docstring)."""
+
+    def __init__(self, *, seed: int = 0, heldout_fraction: float = 1 / 3):
+        if not 0.0 < heldout_fraction < 1.0:
+            raise PolicylabError(f"`heldout_fraction` must be in (0, 1), got {heldout_fraction}")
+        self.seed, self.heldout_fraction = int(seed), float(heldout_fraction)
+        names = sorted(PROBLEMS)
+        self.heldout_names = [n for n in names if self.is_heldout(n)]
+        self.train_names = [n for n in names if not self.is_heldout(n)]
+        if not self.heldout_names or not self.train_names:
+            raise PolicylabError(f"heldout_fraction {heldout_fraction} leaves a split empty")
+        self.position = 0
+
+    def is_heldout(self, name: str) -> bool:
+        return _hash01(f"policylab-code-split:{name}") < self.heldout_fraction
+
+    @staticmethod
+    def example(name: str, split: str, **meta) -> Example:
+        p = PROBLEMS[name]
+        return Example(PROMPT.format(signature=p.signature, description=p.description), name,
+                       {"problem": name, "split": split, **meta})
+
+    def train_prompts(self, n: int) -> list[Example]:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise PolicylabError(f"`n` must be an int >= 0, got {n!r}")
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(self.position, len(self.train_names))
+            order = list(self.train_names)
+            random.Random(f"policylab-code-train:{self.seed}:{epoch}").shuffle(order)
+            out.append(self.example(order[i], "train", position=self.position))
+            self.position += 1
+        return out
+
+    def heldout_size(self) -> int:
+        return len(self.heldout_names)
+
+    def heldout(self, n: int, *, repeat: bool = False) -> list[Example]:
+        size = len(self.heldout_names)
+        if n > size and not repeat:
+            raise PolicylabError(f"only {size} held-out code problems exist; asked for {n} (repeat=True cycles)")
+        return [self.example(self.heldout_names[j % size], "heldout", repeat=j // size) for j in range(n)]
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, "seed": self.seed, "heldout_fraction": self.heldout_fraction}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("seed") != self.seed or state.get("heldout_fraction") != self.heldout_fraction:
+            raise PolicylabError(f"code task state was saved for {state}; this task has seed {self.seed}, "
+                                 f"heldout_fraction {self.heldout_fraction}")
+        self.position = int(state["position"])
+
+
+@dataclass(frozen=True)
+class CodeOutcome:
+    """One candidate: `correct` (every test's return value as expected), the sandbox
+    status, and the timings (ns) of the candidate and of the reference on the performance
+    input, interleaved in the same process (empty unless timed; `timed_out` when the
+    timing process hit a limit, after the tests had passed)."""
+
+    correct: bool
+    status: str
+    candidate_ns: tuple = ()
+    reference_ns: tuple = ()
+    timed_out: bool = False
+    detail: str = ""
+
+
+class CodeVerifier:
+    """The code task's verifier (`task.reward: code_tests`): (replies, problem names) ->
+    1.0 / 0.0 per reply, each run in the sandbox under `policy`."""
+
+    __name__ = "code_tests"
+
+    def __init__(self, policy):
+        from .. import sandbox
+
+        sandbox.check_available(policy)  # refuse before any training starts
+        self.policy = policy
+        self._expected = {n: expected_outputs(p) for n, p in PROBLEMS.items()}
+
+    def _problem(self, answer: str) -> Problem:
+        if answer not in PROBLEMS:
+            raise PolicylabError(f"code_tests: {answer!r} is not a problem of the code task")
+        return PROBLEMS[answer]
+
+    def outcome(self, reply: str, answer: str, *, timing: tuple[int, int] | None = None) -> CodeOutcome:
+        """Run one reply's tests in the sandbox; with `timing` = (repeats, warmup), a reply
+        that passed is then timed against the reference in a second sandboxed process (a
+        wrong reply is never timed)."""
+        from .. import sandbox
+
+        p = self._problem(answer)
+        source = extract_code(reply)
+        res = sandbox.run_job({"source": source, "entry": p.name, "calls": [list(a) for a in p.tests]}, self.policy)
+        rep = res.report or {}
+        correct = bool(res.ran and all(e is None for e in rep["errors"]) and rep["outputs"] == self._expected[p.name])
+        if not correct or timing is None:
+            return CodeOutcome(correct, res.status, detail=res.detail)
+        timed = sandbox.run_job({"source": source, "entry": p.name, "calls": [],
+                                 "timing": {"reference": p.reference, "args": p.perf_args(),
+                                            "repeats": int(timing[0]), "warmup": int(timing[1])}}, self.policy)
+        t = (timed.report or {}).get("timing") if timed.status == "ok" else None
+        if timed.status in ("violation", "forked"):  # it behaved in the tests and not while timed: failed
+            return CodeOutcome(False, timed.status, detail=timed.detail)
+        if not t:
+            return CodeOutcome(True, timed.status, timed_out=True, detail=timed.detail or "timing did not finish")
+        return CodeOutcome(True, "ok", tuple(t["candidate_ns"]), tuple(t["reference_ns"]))
+
+    def __call__(self, completions, answers, **context) -> list[float]:
+        return [float(self.outcome(c, a).correct) for c, a in zip(completions, answers)]
+
+    def run_timed(self, completions, answers, *, repeats: int, warmup: int) -> list[CodeOutcome]:
+        """Tests, then (for the candidates that pass) timings against the reference."""
+        return [self.outcome(c, a, timing=(repeats, warmup)) for c, a in zip(completions, answers)]
+
+
+def measure_reference(name: str, policy, *, repeats: int = 15, warmup: int = 2) -> list[int]:
+    """The reference solution's runtime distribution (ns per call on the performance
+    input), measured in the sandbox by timing the reference against itself."""
+    from .. import sandbox
+
+    p = PROBLEMS[name]
+    res = sandbox.run_job({"source": p.reference, "entry": p.name, "calls": [list(a) for a in p.tests],
+                           "timing": {"reference": p.reference, "args": p.perf_args(), "repeats": repeats,
+                                      "warmup": warmup}}, policy)
+    if not res.ran or "timing" not in res.report:
+        raise PolicylabError(f"the reference of {name} did not run in the sandbox: {res.status} {res.detail}")
+    return list(res.report["timing"]["reference_ns"])
