@@ -112,6 +112,8 @@ def test_build_task_wires_the_verifier_and_refuses_numeric_ones():
     assert getattr(src.reward_fn, "__name__", "") == "code_tests"
     assert src.heldout(2)[0].meta["split"] == "heldout"
     with pytest.raises(ConfigError, match="code_tests"):
-        build_task(TaskConfig(name="code"), seed=0)
+        build_task(TaskConfig(name="code", reward="exact_numeric"), seed=0)
     with pytest.raises(ConfigError, match="task.name=code"):
         build_task(TaskConfig(name="arithmetic", reward="code_tests"), seed=0)
+    # the default task.reward=auto picks the code task's own verifier
+    assert getattr(build_task(TaskConfig(name="code"), seed=0).reward_fn, "__name__", "") == "code_tests"

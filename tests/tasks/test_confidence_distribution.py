@@ -18,7 +18,7 @@ def test_confidence_prompts_keep_the_arithmetic_split():
 
 def test_confidence_task_needs_its_verifier():
     with pytest.raises(ConfigError, match="confidence_answer"):
-        build_task(TaskConfig(name="confidence"), seed=0)
+        build_task(TaskConfig(name="confidence", reward="exact_numeric"), seed=0)
     src = build_task(TaskConfig(name="confidence", reward="confidence_answer"), seed=0)
     e = src.next_train(1)[0]
     assert src.reward_fn([f"{e.answer}\nConfidence: 0.3"], [e.answer]) == [1.0]
@@ -40,4 +40,4 @@ def test_distribution_task_verifier():
     first = e.meta["classes"][0]
     assert src.reward_fn([first.upper() + ".", "no idea"], [e.answer, e.answer]) == [1.0, 0.0]
     with pytest.raises(ConfigError, match="valid_outcome"):
-        build_task(TaskConfig(name="distribution"), seed=0)
+        build_task(TaskConfig(name="distribution", reward="math_verify"), seed=0)
