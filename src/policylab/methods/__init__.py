@@ -5,6 +5,7 @@ paper's defaults, and the stage functions of its step. `get(name)` returns it wi
 defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 """
 
+from . import geometry as _geometry  # noqa: F401  (registers the gradient-geometry methods)
 from . import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
 from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
 from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
