@@ -81,9 +81,9 @@ def gcpo_setup(model: nn.Module, setup) -> nn.Module:
     k = setup.p.protected_rank
     for name, layer in layers:
         W0 = layer.base_layer.weight
-        for adapter, A in layer.lora_A.items():
-            geo.check_lora_rank(A.weight.shape[0], tuple(W0.shape), k, name)
         U, V, _ = geo.principal_frames(W0, k, name=name)
+        for A in layer.lora_A.values():
+            geo.check_lora_rank(A.weight.shape[0], tuple(W0.shape), k, name)
         layer.register_buffer("gcpo_U", U.to(W0.dtype), persistent=False)
         layer.register_buffer("gcpo_V", V.to(W0.dtype), persistent=False)
         with torch.no_grad():
