@@ -15,6 +15,6 @@ from .spectrum import FixedSpectrumLinear, orthonormality_error, polar_retractio
 from .subspace import (bilateral_complement, check_lora_rank, lora_overlap, principal_frames, project_lora_factors,
                        project_out_left, project_out_right, subspace_overlap)
 
-__all__ = ["cord_combine", "principal_frames", "bilateral_complement", "project_lora_factors", "project_out_left",
-           "project_out_right", "subspace_overlap", "check_lora_rank", "lora_overlap", "FixedSpectrumLinear", "polar_retraction",
-           "qr_retraction", "retract", "orthonormality_error"]
+__all__ = ["cord_combine", "principal_frames", "bilateral_complement", "project_lora_factors",
+           "project_out_left", "project_out_right", "subspace_overlap", "check_lora_rank", "lora_overlap",
+           "FixedSpectrumLinear", "polar_retraction", "qr_retraction", "retract", "orthonormality_error"]

@@ -29,11 +29,11 @@ def cord_combine(g_protected: Sequence[torch.Tensor] | None, g_other: Sequence[t
     objective to first order); with `always`, ⟨g, g_p⟩ = ‖g_p‖² exactly. λ = 0 gives g_p.
 
     Paper: "CORD: Conflict-Aware Optimization for Joint RL and Distillation in Agents"
-    (title as given in the project's specification; arXiv id, which objective the paper
-    protects and its λ are **unconfirmed**: no source was found, so all three are explicit
-    arguments of the method). The projection is the full-step one: applied once per
-    optimizer step to gradients accumulated over every micro-batch (projecting per
-    micro-batch is a different estimator: tested). Whether the paper projects the whole
+    (the arXiv id, which objective the paper protects and its λ are **unconfirmed**: the
+    paper's text could not be checked, so the last two are explicit arguments of the
+    method). The projection is the full-step one: applied once per optimizer step to
+    gradients accumulated over every micro-batch (projecting per micro-batch is a different
+    estimator: tested; docs/conventions.md rule 12). Whether the paper projects the whole
     flattened vector or each parameter group is **unconfirmed**: `scope="global"` (the
     default) treats the concatenation of every tensor as one vector, `"per_tensor"`
     projects each pair (g_p[i], g_o[i]) on its own.

@@ -16,8 +16,8 @@ class FixedSpectrumLinear(nn.Module):
 
     U [out, q] and V [in, q] (q = min(out, in)) are parameters with orthonormal columns;
     σ₀ [q] is a buffer (`requires_grad=False`, in no optimizer group, saved with the
-    weights and never changed); the bias, if the original layer had one, stays a plain
-    parameter. The forward never forms W: y = ((x V) ⊙ σ₀) Uᵀ + b, so autograd gives the
+    weights and never changed: docs/conventions.md rule 11); the bias, if the original
+    layer had one, stays a plain parameter. The forward never forms W: y = ((x V) ⊙ σ₀) Uᵀ + b, so autograd gives the
     frames the gradients G_U = G_W V Σ₀ and G_V = G_Wᵀ U Σ₀ (the frame gradients the
     paper's optimizer steps).
 

@@ -18,7 +18,7 @@ def principal_frames(weight: torch.Tensor, k: int, *, name: str = "weight") -> t
     k < 0; k larger than the rank (the "principal" directions would include arbitrary
     null-space ones); k ≥ min(m, n) (no direction left to train). k = 0 gives empty frames
     (the projection is the identity). Computed once per layer and kept frozen (buffers,
-    outside every optimizer group).
+    outside every optimizer group: docs/conventions.md rule 11).
     """
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         raise ShapeError(f"`{name}` must be a 2-D weight [out, in], got {getattr(weight, 'shape', type(weight))}")

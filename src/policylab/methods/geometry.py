@@ -44,7 +44,7 @@ register(policy_gradient_method(
                         "setting (agents, a teacher model's distillation loss) is not reproduced: the protected "
                         "objective here is the NLL of a retention set; AdamW can still hurt the protected objective "
                         "(the guarantee is first order, before the optimizer)",
-        unconfirmed=("title, arXiv id (no source found)", "which objective the paper protects (protect)",
+        unconfirmed=("title, arXiv id (the paper could not be checked)", "which objective the paper protects (protect)",
                      "λ (cord_lambda = 1.0) and the protected weight (protected_weight = 1.0)",
                      "whole-vector vs per-parameter-group projection (cord_scope = global)"),
         confirmed="the specification's projection rule and invariants (hand-worked cases, conflict-only and always, "
