@@ -16,6 +16,8 @@ _REAL3 = ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, fin
 _MISMATCH = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with the bf16 behavior engine: 8 steps "
              "against the uncorrected run, same seed (benchmarks/results/offpolicy.md: the diagnostics show what "
              "it weighted or masked; rewards within noise of the uncorrected run at this scale)")
+_REAL_12B = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer, finite metrics "
+             "(benchmarks/results/methods_real_12b.md); no learning claim")
 _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with staleness 2: 8 steps against the "
           "uncorrected run, same seed (benchmarks/results/offpolicy.md); no learning claim at this scale")
 
@@ -29,6 +31,7 @@ EVIDENCE = {
              "steps, finite metrics (benchmarks/results/methods_real.md); no learning claim"),
     **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
+    **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl")},
 }
 
 
