@@ -5,6 +5,7 @@ paper's defaults, and the stage functions of its step. `get(name)` returns it wi
 defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 """
 
+from . import geometry as _geometry  # noqa: F401  (registers the gradient-geometry methods)
 from . import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
 from . import objectives_more as _objectives_more  # noqa: F401  (conspo, zcpo, stare, reco, erpo, tlm_dre, rlid)
 from . import literature as _literature  # noqa: F401  (registers the literature-only cards)

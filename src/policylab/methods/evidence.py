@@ -16,6 +16,10 @@ _REAL3 = ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, fin
 _MISMATCH = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with the bf16 behavior engine: 8 steps "
              "against the uncorrected run, same seed (benchmarks/results/offpolicy.md: the diagnostics show what "
              "it weighted or masked; rewards within noise of the uncorrected run at this scale)")
+_REAL_12B = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer, finite metrics "
+             "(benchmarks/results/methods_real_12b.md); no learning claim")
+_TINY_ONLY = ("kernel verified; trainer steps on a tiny random Llama in the test suite (invariants on real tensors); "
+              "not yet run on SmolLM2-135M-Instruct: no real-model numbers")
 _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with staleness 2: 8 steps against the "
           "uncorrected run, same seed (benchmarks/results/offpolicy.md); no learning claim at this scale")
 
@@ -52,6 +56,8 @@ EVIDENCE = {
     "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task, finite metrics "
              "(benchmarks/results/methods_real_13a.md): no reply stated a confidence in 16 new tokens "
              "(calibration/missing_frac 1.0), so every reward came from the penalty path; no learning claim"),
+    **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl")},
+    **{name: _TINY_ONLY for name in ("gcpo", "iso")},
 }
 
 

@@ -26,6 +26,7 @@ def example(name: str):
 
 from . import (  # noqa: E402,F401  (register the examples)
     core_advantages,
+    core_geometry,
     core_graded,
     core_objectives,
     more_objectives,

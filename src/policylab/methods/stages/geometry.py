@@ -1,0 +1,208 @@
+"""Gradient-geometry stages: model transforms (LoRA frames for GCPO, fixed-spectrum
+layers for ISO), gradient transforms on the accumulated full-step gradient (CORD's
+projection, GCPO's projected factor gradients) and post-step constraints (GCPO's
+re-projection, ISO's retraction). Kernels in `policylab.geometry`."""
+
+from __future__ import annotations
+
+import fnmatch
+
+import torch
+from torch import nn
+
+from ... import geometry as geo
+from ...errors import MissingQuantityError, PolicylabError
+from ..spec import Stage
+
+RETENTION_STATE = "cord_retention"
+
+# ----------------------------------------------------------------------------- cord
+
+
+def cord_project(model: nn.Module, ctx) -> dict:
+    """Replace the accumulated RL gradient in `.grad` by CORD's combination with the
+    protected objective (the retention set's NLL): one extra forward/backward through
+    `model` on the whole retention set, once per optimizer step. On return every trainable
+    parameter's `.grad` holds the combined gradient and nothing else."""
+    retention = ctx.state.get(RETENTION_STATE)
+    if retention is None:
+        raise MissingQuantityError(
+            "cord", "a protected loss (its retention-set state)",
+            f"the projection needs the `{RETENTION_STATE}` state the method declares; build the run through the "
+            "Trainer (or pass the state in the stage context) so the retention set exists")
+    if not retention.built:
+        retention.build(ctx)
+    p = ctx.p
+    params = [q for q in model.parameters() if q.requires_grad]
+    rl = [q.grad for q in params]
+    for q in params:
+        q.grad = None
+    with torch.enable_grad():
+        nll = retention.nll(model)
+        nll.backward()
+    ret = [q.grad if q.grad is not None else torch.zeros_like(q) for q in params]
+    rl = [g if g is not None else torch.zeros_like(q) for g, q in zip(rl, params)]
+    if not any(bool(g.any()) for g in ret):
+        raise MissingQuantityError("cord", "a protected gradient",
+                                   "the retention loss gives no gradient to any trainable parameter")
+    ret = [p.protected_weight * g for g in ret]
+    protected, other = (ret, rl) if p.protect == "retention" else (rl, ret)
+    combined, info = geo.cord_combine(protected, other, weight=p.cord_lambda, mode=p.cord_mode, scope=p.cord_scope)
+    for q, g in zip(params, combined):
+        q.grad = g
+    return {"cord/retention_nll": float(nll.detach()), **{f"cord/{k}": float(v) for k, v in info.items()}}
+
+
+CORD_PROJECT = Stage("grad", cord_project, kernels=(geo.cord_combine,),
+                     params=("cord_mode", "cord_lambda", "cord_scope", "protect", "protected_weight"))
+
+# ----------------------------------------------------------------------------- gcpo
+
+
+def _lora_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """PEFT LoRA layers: modules with a `base_layer` and `lora_A` / `lora_B` dicts."""
+    return [(n, m) for n, m in model.named_modules()
+            if isinstance(getattr(m, "lora_A", None), nn.ModuleDict) and isinstance(getattr(m, "lora_B", None),
+                                                                                     nn.ModuleDict)
+            and hasattr(m, "base_layer") and len(m.lora_A)]
+
+
+def gcpo_setup(model: nn.Module, setup) -> nn.Module:
+    """Per LoRA layer: the top-k singular frames of its frozen base weight (fp64 SVD, once;
+    non-persistent buffers `gcpo_U` [m, k], `gcpo_V` [n, k], outside every optimizer group
+    and rebuilt from the base weight when a run is rebuilt); the LoRA rank checked against
+    what the complements can hold; the initial factors projected (B = 0, A ← A P_R)."""
+    layers = _lora_layers(model)
+    if not layers:
+        raise PolicylabError(
+            "gcpo projects LoRA updates, and this model has no LoRA adapter: set train.lora_rank > 0 (e.g. "
+            "train: {lora_rank: 8}); the adapter rank r is train.lora_rank, gcpo's protected_rank k is the number "
+            "of top singular directions kept out of the update (r <= min(out, in) − k per layer)")
+    k = setup.p.protected_rank
+    for name, layer in layers:
+        W0 = layer.base_layer.weight
+        U, V, _ = geo.principal_frames(W0, k, name=name)
+        for A in layer.lora_A.values():
+            geo.check_lora_rank(A.weight.shape[0], tuple(W0.shape), k, name)
+        layer.register_buffer("gcpo_U", U.to(W0.dtype), persistent=False)
+        layer.register_buffer("gcpo_V", V.to(W0.dtype), persistent=False)
+        with torch.no_grad():
+            for adapter in layer.lora_A:
+                _project_factors(layer, adapter)
+    return model
+
+
+def _project_factors(layer, adapter: str) -> None:
+    B, A = layer.lora_B[adapter].weight, layer.lora_A[adapter].weight
+    pB, pA = geo.project_lora_factors(B, A, layer.gcpo_U, layer.gcpo_V)
+    B.copy_(pB)
+    A.copy_(pA)
+
+
+def _frames(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    layers = [(n, m) for n, m in _lora_layers(model) if hasattr(m, "gcpo_U")]
+    if not layers:
+        raise PolicylabError("gcpo: no LoRA layer carries its principal frames; the model stage gcpo_setup did not "
+                             "run on this model")
+    return layers
+
+
+def gcpo_project_grads(model: nn.Module, ctx) -> dict:
+    """∂L/∂B ← P_L ∂L/∂B and ∂L/∂A ← ∂L/∂A P_R on every adapter: with the factors already
+    in the complements this is the gradient of the paper's parametrization
+    δW = α P_L B A P_R, so the optimizer's moments see only feasible directions."""
+    n = 0
+    for _, layer in _frames(model):
+        for adapter in layer.lora_A:
+            A, B = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+            if A.grad is not None:
+                A.grad = geo.project_out_right(A.grad, layer.gcpo_V)
+            if B.grad is not None:
+                B.grad = geo.project_out_left(B.grad, layer.gcpo_U)
+            n += 1
+    return {"gcpo/adapters": float(n)}
+
+
+def gcpo_reproject(model: nn.Module, ctx) -> dict:
+    """B ← P_L B, A ← A P_R after every optimizer step (AdamW's elementwise step and
+    weight decay leave the complements); logs how far the step had moved the effective
+    update BA into the protected spaces before the projection, and after it."""
+    drift = after = 0.0
+    with torch.no_grad():
+        for _, layer in _frames(model):
+            for adapter in layer.lora_A:
+                A, B = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+                drift = max(drift, *geo.lora_overlap(B, A, layer.gcpo_U, layer.gcpo_V))
+                _project_factors(layer, adapter)
+                after = max(after, *geo.lora_overlap(B, A, layer.gcpo_U, layer.gcpo_V))
+    return {"gcpo/overlap_before_projection/max": drift, "gcpo/overlap/max": after}
+
+
+GCPO_SETUP = Stage("model", gcpo_setup, kernels=(geo.principal_frames, geo.project_lora_factors),
+                   params=("protected_rank",))
+GCPO_GRADS = Stage("grad", gcpo_project_grads, kernels=(geo.bilateral_complement,), params=("project_gradients",),
+                   active=lambda p: p.project_gradients)
+GCPO_REPROJECT = Stage("poststep", gcpo_reproject, kernels=(geo.project_lora_factors, geo.lora_overlap))
+
+# ----------------------------------------------------------------------------- iso
+
+
+def iso_setup(model: nn.Module, setup) -> nn.Module:
+    """Replace every plain `nn.Linear` whose qualified name matches one of the
+    comma-separated glob patterns of `iso_targets` by a `FixedSpectrumLinear` built from
+    its own SVD. The output head (tied to the input embedding) and LoRA models are
+    refused."""
+    if _lora_layers(model) or hasattr(model, "peft_config"):
+        raise PolicylabError("iso reparametrizes the full weights (W = U Σ₀ Vᵀ) and cannot run on LoRA adapters: "
+                             "set train.lora_rank: 0")
+    patterns = [s.strip() for s in setup.p.iso_targets.split(",") if s.strip()]
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    linears = [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
+    chosen = [(n, m) for n, m in linears if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+    if not chosen:
+        names = ", ".join(n for n, _ in linears[:3])
+        raise PolicylabError(f"iso_targets {setup.p.iso_targets!r} matches no linear layer of the model (its names "
+                             f"look like {names}); give glob patterns such as *.self_attn.q_proj")
+    for name, lin in chosen:
+        if lin is head:
+            raise PolicylabError(f"iso_targets matches `{name}`, the output head, whose weight is tied to the input "
+                                 "embedding: leave it out of iso_targets")
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, geo.FixedSpectrumLinear.from_linear(lin))
+    return model
+
+
+def iso_layers(model: nn.Module) -> list[tuple[str, geo.FixedSpectrumLinear]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, geo.FixedSpectrumLinear)]
+
+
+def iso_retract(model: nn.Module, ctx) -> dict:
+    """Put every frame U, V back on the Stiefel manifold after the optimizer step
+    (`retraction`: "polar", the nearest orthonormal frame, or "qr"); Σ₀ is not touched."""
+    layers = iso_layers(model)
+    if not layers:
+        raise PolicylabError("iso: the model has no fixed-spectrum layer; the model stage iso_setup did not run")
+    method = ctx.p.retraction
+    before = after = 0.0
+    svd = 0
+    with torch.no_grad():
+        for _, layer in layers:
+            for frame in (layer.U, layer.V):
+                if method == "polar":
+                    Q, info = geo.polar_retraction(frame)
+                    before, after = max(before, info["error_before"]), max(after, info["error_after"])
+                    svd += int(info["svd"])
+                else:
+                    Q = geo.qr_retraction(frame)
+                frame.copy_(Q)
+    out = {"iso/layers": float(len(layers))}
+    if method == "polar":
+        out.update({"iso/orth_err_before_retraction/max": before, "iso/orth_err_fp64/max": after,
+                    "iso/svd_fallbacks": float(svd)})
+    return out
+
+
+ISO_SETUP = Stage("model", iso_setup, kernels=(geo.FixedSpectrumLinear.from_linear,), params=("iso_targets",))
+ISO_RETRACT = Stage("poststep", iso_retract, kernels=(geo.polar_retraction, geo.qr_retraction),
+                    params=("retraction",))
