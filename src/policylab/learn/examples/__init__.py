@@ -32,4 +32,5 @@ from . import (  # noqa: E402,F401  (register the examples)
     offpolicy_engine,
     offpolicy_objectives,
     offpolicy_topics,
+    testtime,
 )
