@@ -104,3 +104,14 @@ def test_bad_input_is_refused():
         tasco_loss(logp, ent, mask, copy.float(), pair, lam=1.0, n_perturb=1, divergence="k3")
     with pytest.raises(PolicylabError, match="`copy_index` must lie in 0..1"):
         tasco_loss(logp, ent, mask, torch.tensor([0, 2]), pair, lam=1.0, n_perturb=1, divergence="k3")
+
+
+def test_no_advantage_is_zero_and_refuses_a_bad_size():
+    from policylab.testtime.tasco import no_advantage
+    a = no_advantage(3, torch.float64)
+    torch.testing.assert_close(a, torch.zeros(3, dtype=torch.float64))
+    assert no_advantage(0).shape == (0,)
+    with pytest.raises(PolicylabError, match="`batch_size` must be an int >= 0"):
+        no_advantage(-1)
+    with pytest.raises(PolicylabError, match="`batch_size` must be an int >= 0"):
+        no_advantage(True)

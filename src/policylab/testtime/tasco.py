@@ -108,3 +108,16 @@ def tasco_loss(logp: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, co
         "tasco/instability": (torch.where(mask & ~clean, d, zero).sum() / n_pert).detach(),
     }
     return loss, metrics
+
+
+def no_advantage(batch_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """TASCO's advantage, `[B]`:
+
+        A_i = 0   for every reply
+
+    TASCO's loss is not a policy gradient (its gradient comes from the entropy and the
+    divergence directly, through the prefix); the trainer's contract still asks every method
+    for an advantage, and this one is never read by TASCO's objective."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+        raise PolicylabError(f"`batch_size` must be an int >= 0, got {batch_size!r}")
+    return torch.zeros(batch_size, dtype=dtype)

@@ -271,7 +271,7 @@ def tasco_source(n_prompts: int, ctx: StageContext) -> Sampled:
 
 def no_advantage(batch, ctx: StageContext) -> Advantages:
     """TASCO's loss is not a policy gradient: it has no advantage (identically 0, unread)."""
-    return Advantages(torch.zeros(batch.size, dtype=batch.logp_behavior.dtype))
+    return Advantages(TA.no_advantage(batch.size, batch.logp_behavior.dtype))
 
 
 def tasco_objective(inp: LossInputs, p):
@@ -295,7 +295,7 @@ SOFT_PREFIX = Stage("model", soft_prefix, kernels=(attach_prefix,),
 TASCO_SOURCE = Stage("source", tasco_source, params=("tasco_perturbations",),
                      writes=("tokens", "loss_mask", "logp_behavior", "group", "policy_version", "source",
                              "extras.tasco_copy", "extras.tasco_pair"))
-NO_ADVANTAGE = Stage("advantage", no_advantage, name="none")
+NO_ADVANTAGE = Stage("advantage", no_advantage, name="none", kernels=(TA.no_advantage,))
 TASCO_OBJECTIVE = Stage("objective", tasco_objective, name="tasco", kernels=(TA.tasco_loss,),
                         params=("tasco_lambda", "tasco_perturbations", "tasco_divergence"),
                         reads=("logp", "entropy", "extras.tasco_copy", "extras.tasco_pair"), row_coupling="group")
