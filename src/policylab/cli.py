@@ -12,6 +12,8 @@
     policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
     policylab explain NAME [--lang en|zh]               card, formula and live examples
     policylab site build OUT_DIR                        the static question-bank site
+    policylab integrations [--python PY] [--method NAME] engines installed, their versions, the policylab
+                                                        names their plug-ins registered (verl, TRL)
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ def _methods(args) -> int:
         print("\nmetrics (evaluation only: `policylab eval RUN --metrics NAME,...`)")
         print(metric_table_text())
     return 0
+
+
+def _integrations(args) -> int:
+    from .integrations.status import report
+
+    text, ok = report(args.python, args.method)
+    print(text)
+    return 0 if ok else 1
 
 
 def _train(args) -> int:
@@ -221,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)
+    i = sub.add_parser("integrations", help="engines installed (verl, TRL) and the policylab names they registered")
+    i.add_argument("--python", default=None, metavar="PY",
+                   help="check verl with this interpreter (e.g. .venv-verl/bin/python), the way its workers load it")
+    i.add_argument("--method", default=None, metavar="NAME", help="also print what verl needs to run NAME")
+    i.set_defaults(fn=_integrations)
     from .learn.cli import add_subcommands
 
     add_subcommands(sub)  # quiz, explain, site

@@ -119,3 +119,15 @@ def make_bank(tmp_path):
             mutate(docs, topics)
         return FixtureBank(tmp_path / "mut", docs, topics)
     return make
+
+
+@pytest.fixture(scope="session")
+def real_site(tmp_path_factory):
+    """The package's site as it stands, built once per test session (methods without a
+    bank file yet are left out; the completeness tests in test_real_bank.py and
+    test_figures.py fail for them)."""
+    from policylab.learn import site
+
+    out = tmp_path_factory.mktemp("real-site")
+    site.build_site(out, complete=False)
+    return out

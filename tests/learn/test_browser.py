@@ -146,3 +146,71 @@ def test_language_switch(browser, built):
     _shot(browser, "method-zh")
     browser.find_element(By.CSS_SELECTOR, 'button[data-set-lang="en"]').click()
     assert d.find_element(By.CSS_SELECTOR, ".answer p.en").is_displayed()
+
+
+_FIGURES = """
+var out = {};
+document.querySelectorAll('figure.plot img').forEach(function (img) {
+  var a = img.parentElement, r = img.getBoundingClientRect();
+  out[a.getAttribute('lang')] = {complete: img.complete, w: img.naturalWidth, h: img.naturalHeight,
+                                 shown: r.width > 0 && r.height > 0, alt: img.alt};
+});
+var cap = {};
+document.querySelectorAll('figure.plot figcaption > p.en, figure.plot figcaption > p.zh').forEach(function (p) {
+  cap[p.getAttribute('lang')] = p.getBoundingClientRect().height > 0 ? p.textContent : null;
+});
+return {img: out, cap: cap};
+"""
+
+
+def _loaded(driver, lang):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def ready(d):
+        s = d.execute_script(_FIGURES)
+        i = s["img"].get(lang)
+        return s if i and i["complete"] and i["w"] > 0 else False
+
+    return WebDriverWait(driver, 10).until(ready, f"the {lang} figure did not load")
+
+
+def _check_figure(driver, lang):
+    s = _loaded(driver, lang)
+    other = "zh" if lang == "en" else "en"
+    shown, hidden = s["img"][lang], s["img"][other]
+    assert shown["shown"] and shown["w"] > 0 and shown["h"] > 0 and shown["alt"].strip()
+    assert not hidden["shown"]  # only the current language's figure is visible
+    assert s["cap"][lang] and s["cap"][other] is None
+    return s
+
+
+def test_every_method_and_overlay_page_shows_a_loaded_figure_in_both_languages(browser, real_site):
+    """Each page of the package's site: the figure of the current language is visible and
+    loaded (natural size > 0) with its alt text and caption; after the switch, the other
+    language's figure is."""
+    from selenium.webdriver.common.by import By
+
+    pages = sorted(real_site.glob("method-*.html")) + sorted(real_site.glob("overlay-*.html"))
+    assert len(pages) >= 30 + 5
+    for page in pages:
+        browser.get(page.as_uri() + "?lang=en")
+        _check_figure(browser, "en")
+        browser.find_element(By.CSS_SELECTOR, 'button[data-set-lang="zh"]').click()
+        s = _check_figure(browser, "zh")
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in s["img"]["zh"]["alt"]), page.name
+    # opened directly in Chinese, and the figure beside the formula on a wide window
+    browser.get((real_site / "method-kpop.html").as_uri() + "?lang=zh")
+    _check_figure(browser, "zh")
+    formula = browser.find_element(By.CSS_SELECTOR, ".formula-col").rect
+    fig = browser.find_element(By.CSS_SELECTOR, ".figure-col").rect
+    assert fig["x"] >= formula["x"] + formula["width"] and abs(fig["y"] - formula["y"]) < 5
+    browser.execute_script("document.getElementById('figure').scrollIntoView()")
+    _shot(browser, "method-figure-zh")
+    browser.get((real_site / "index.html").as_uri() + "?lang=en")
+    # the index links every overlay page, and only those
+    linked = {a.get_attribute("data-href") for a in browser.find_elements(By.CSS_SELECTOR, "#overlays + ul a")}
+    assert linked == {p.name for p in pages if p.name.startswith("overlay-")}
+    browser.find_element(By.CSS_SELECTOR, '#overlays + ul a[data-href="overlay-engine-corrections.html"]').click()
+    assert "overlay-engine-corrections.html" in browser.current_url
+    _check_figure(browser, "en")
+    _shot(browser, "overlay-en")

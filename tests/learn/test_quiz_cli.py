@@ -115,3 +115,38 @@ def test_main_cli_has_the_learning_commands():
     assert (args.method, args.lang, args.seed) == ("grpo", "zh", 3)
     assert p.parse_args(["explain", "ppo"]).name == "ppo"
     assert p.parse_args(["site", "build", "out"]).out_dir == "out"
+
+
+def _policylab(*args):
+    """The installed `policylab` command (the console script), as a user runs it."""
+    exe = Path(sys.executable).with_name("policylab")
+    cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "policylab.cli"]
+    return subprocess.run(cmd + list(args), input="", capture_output=True, text=True, timeout=300)
+
+
+def test_cli_explain_plot_writes_svg_or_png_by_extension(tmp_path):
+    """`policylab explain NAME --plot FILE` through the real command: the SVG is the site's
+    figure byte for byte, a .png is a PNG of the same figure, a bad suffix writes nothing."""
+    import struct
+
+    from policylab.learn import figures
+    from policylab.learn.figures import render
+
+    svg = tmp_path / "kpop.svg"
+    res = _policylab("explain", "kpop", "--plot", str(svg))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("kpop: ") and f"Figure (kpop) written to {svg}" in res.stdout
+    assert svg.read_text(encoding="utf-8") == render.svg(figures.figure("kpop"), "en")
+    png = tmp_path / "out" / "kpop.PNG"
+    png.parent.mkdir()
+    res = _policylab("explain", "kpop", "--lang", "zh", "--plot", str(png))
+    assert res.returncode == 0, res.stderr
+    assert f"图（kpop）已写入 {png}" in res.stdout and figures.figure("kpop").caption["zh"] in res.stdout
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", head[16:24])
+    assert width > 800 and height > 400, (width, height)  # 200 dpi, not an empty canvas
+    bad = tmp_path / "kpop.jpg"
+    res = _policylab("explain", "kpop", "--plot", str(bad))
+    assert res.returncode == 2 and "policylab: error: --plot writes .svg, .png or .pdf files" in res.stderr
+    assert not bad.exists() and res.stdout == ""

@@ -14,12 +14,12 @@ import yaml
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import anatomy, bank, site
+from policylab.learn import anatomy, bank, figures, site
 from policylab.learn.examples import EXAMPLES as REAL_EXAMPLES
 
 from .conftest import EXAMPLES, FixtureBank
 
-_DATA = re.compile(r'<script type="application/json" id="(example-data|index-data)">(.*?)</script>', re.S)
+_DATA = re.compile(r'<script type="application/json" id="(example-data|index-data|figure-data)">(.*?)</script>', re.S)
 
 
 class _Page(HTMLParser):
@@ -97,7 +97,9 @@ def fixture_site(tmp_path_factory):
 def test_pages_written(fixture_site):
     _, out = fixture_site
     for name in ["index.html", "compare.html", "topics.html", "method-grpo.html", "method-rloo.html",
-                 "source/policylab/advantages/grpo.py.html", "source/policylab/objectives/reinforce.py.html"]:
+                 "source/policylab/advantages/grpo.py.html", "source/policylab/objectives/reinforce.py.html",
+                 "figures/grpo.en.svg", "figures/grpo.zh.svg", "figures/rloo.en.svg", "figures/rloo.zh.svg",
+                 "overlay-clipped-objectives.html", "figures/overlay-clipped-objectives.zh.svg"]:
         assert (out / name).is_file(), name
 
 
@@ -139,6 +141,27 @@ def test_every_link_is_local_and_resolves(fixture_site):
             assert target.is_file(), (page, ref)
             if parts.fragment:
                 assert parts.fragment in parse(target).ids, (page, ref)
+
+
+def test_method_page_shows_its_figure_beside_the_formula(fixture_site):
+    _, out = fixture_site
+    text = (out / "method-grpo.html").read_text(encoding="utf-8")
+    # one grid: the formulas in the left column, the figure in the right one, before the questions
+    grid = text.index('<div class="formula-figure">')
+    assert grid < text.index('<div class="formula-col">') < text.index('<div class="figure-col">') \
+        < text.index('<details class="q"')
+    fig = figures.figure("grpo")
+    for lang in bank.LANGS:
+        assert f'<img src="figures/grpo.{lang}.svg" alt="{site.esc(figures.alt_text(fig, lang))}"' in text
+        assert f'<p class="{lang}" lang="{lang}">{site.esc(fig.caption[lang])}</p>' in text
+    # the overlays that draw grpo are linked from its page, and every overlay from the index
+    assert 'href="overlay-group-baselines.html"' in text
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert 'id="overlays"' in index
+    for o in figures.overlay_defs():
+        assert f'href="overlay-{o.key}.html"' in index
+        page = (out / f"overlay-{o.key}.html").read_text(encoding="utf-8")
+        assert f'src="figures/overlay-{o.key}.en.svg"' in page and site.esc(o.caption["zh"]) in page
 
 
 def test_source_links_point_at_the_kernel_def(fixture_site):
@@ -191,15 +214,32 @@ def test_site_build_is_strict_about_missing_methods(tmp_path):
         site.build_site(tmp_path / "out", bank_dir=fb.bank_dir, examples=EXAMPLES, topics_path=fb.topics_path)
 
 
-def test_real_site_numbers_equal_fresh_computation(tmp_path):
+def test_real_site_numbers_equal_fresh_computation(real_site):
     """The package's bank as it stands (methods without a file yet are left out here; the
     completeness tests in test_real_bank.py fail for them)."""
-    index = site.build_site(tmp_path, complete=False)
-    built = sorted(p.name for p in tmp_path.glob("method-*.html"))
+    built = sorted(p.name for p in real_site.glob("method-*.html"))
     have = sorted(f"method-{p.stem}.html" for p in bank.BANK_DIR.glob("*.yaml"))
     assert built == have
-    n = check_numbers_against_fresh_calls(tmp_path, REAL_EXAMPLES, built + ["topics.html"])
+    n = check_numbers_against_fresh_calls(real_site, REAL_EXAMPLES, built + ["topics.html"])
     expected = 4 * len(built) + (len(yaml.safe_load(bank.TOPICS_PATH.read_text(encoding="utf-8")).get("questions") or [])
                                  if bank.TOPICS_PATH.exists() else 0)
     assert n == expected
-    assert index.is_file()
+    assert (real_site / "index.html").is_file()
+
+
+def test_real_site_figures_equal_fresh_computation(real_site):
+    """Every method page embeds its figure's series, equal to the figure computed now,
+    and links both SVG files, which are exactly what the renderer draws now."""
+    pages = sorted(real_site.glob("method-*.html"))
+    assert pages
+    for page in pages:
+        name = page.stem.removeprefix("method-")
+        data = embedded(page, "figure-data")
+        fig = figures.figure(name)
+        assert json.dumps({k: v for k, v in data.items() if k != "files"}, sort_keys=True) == \
+            json.dumps(fig.data(), sort_keys=True), name
+        for lang in bank.LANGS:
+            assert (real_site / data["files"][lang]).read_text(encoding="utf-8") == figures.render.svg(fig, lang)
+    for o in figures.overlay_defs():
+        data = embedded(real_site / f"overlay-{o.key}.html", "figure-data")
+        assert data["methods"] == list(o.methods) and data["key"] == o.key

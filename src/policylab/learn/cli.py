@@ -1,7 +1,9 @@
 """The learning layer's subcommands for `policylab`:
 
     policylab quiz [--method NAME] [--lang en|zh] [--seed N]   one question, answer on stdin
-    policylab explain NAME [--lang en|zh]                      card, formulas, worked examples
+    policylab explain NAME [--lang en|zh] [--plot FILE]        card, formulas, worked examples;
+                                                               --plot writes the method's figure
+                                                               (.svg, .png or .pdf) in that language
     policylab site build OUT_DIR [--allow-incomplete]          the static site (offline, file://)
 
 `policylab.cli.build_parser` calls `add_subcommands(sub)`. Errors are PolicylabError
@@ -25,7 +27,15 @@ def _quiz(args) -> int:
 def _explain(args) -> int:
     from .quiz import explain
 
+    if args.plot and not str(args.plot).lower().endswith((".svg", ".png", ".pdf")):
+        from ..errors import PolicylabError
+
+        raise PolicylabError(f"--plot writes .svg, .png or .pdf files, got {args.plot!r}")
     explain(args.name, args.lang)
+    if args.plot:
+        from .quiz import write_plot
+
+        write_plot(args.name, args.plot, args.lang)
     return 0
 
 
@@ -47,6 +57,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("explain", help="a method's card, formulas and worked examples with live numbers")
     e.add_argument("name")
     e.add_argument("--lang", choices=LANG_CHOICES, default="en")
+    e.add_argument("--plot", metavar="FILE", help="also write the method's figure, the one on its site page, "
+                   "computed now by its kernels (.svg, .png or .pdf; labels in --lang)")
     e.set_defaults(fn=_explain)
     s = sub.add_parser("site", help="the static method explorer")
     ssub = s.add_subparsers(dest="site_cmd", required=True)

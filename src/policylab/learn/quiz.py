@@ -5,6 +5,7 @@
                                               piped), reveal the answer and run the example
     explain(name, lang="en")                  the card, the formulas and every question with
                                               its worked example computed now
+    write_plot(name, path, lang="en")         the method's figure (the site's), computed now
 
 The formula lines are the equation blocks of the docstrings of the kernels the method's
 stages call (`anatomy.formula_text`: the method's kernels in pipeline order; the
@@ -128,3 +129,23 @@ def explain(name: str, lang: str = "en", *, stdout: TextIO | None = None, bank_d
     out = sys.stdout if stdout is None else stdout
     out.write(explain_text(name, lang, bank_dir=bank_dir, examples=examples) + "\n")
     out.flush()
+
+
+FIGURE_UI = {"en": "Figure ({key}) written to {path}:\n  {caption}", "zh": "图（{key}）已写入 {path}：\n  {caption}"}
+
+
+def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = None, defs_dir=None):
+    """Compute the figure of `name` now and write it to `path` (.svg, .png, .pdf) with its
+    labels, caption and alt text in `lang`; print where it went and its caption."""
+    from . import figures
+    from .figures import render
+
+    _ui(lang)
+    fig = figures.figure(methods.get(name).name, defs_dir=defs_dir)
+    try:
+        out = render.write(fig, path, lang)
+    except ValueError as exc:
+        raise PolicylabError(str(exc)) from None
+    (sys.stdout if stdout is None else stdout).write(
+        "\n" + FIGURE_UI[lang].format(key=fig.key, path=out, caption=fig.caption[lang]) + "\n")
+    return out

@@ -6,14 +6,20 @@
                          live numbers of their examples, links to the kernels' source
     compare.html         the comparison table of every registered method (from the cards)
     topics.html          reading order and cross-method questions
+    overlay-<id>.html    one view of several methods on shared axes (learn/figures/overlays.yaml)
+    figures/<key>.<lang>.svg   every figure in both languages, computed when the site is built
+                         by the kernels and the methods' own stages and loss (learn/figures);
+                         the method page shows its figure beside the formula
     source/policylab/<...>.py.html   the kernel source files, line-numbered, each line an
                          anchor (#L<n>): a relative link that works offline from file://
 
 Both languages are in every page; CSS shows one (html[data-lang]) and the EN/中文 buttons
 switch it (remembered in localStorage and carried in `?lang=` on internal links). CSS and
 JS (learn/assets/) are inlined; nothing is fetched at view time. Each method page embeds
-its examples' returned values as JSON (`<script id="example-data">`), so tests can compare
-the page with a fresh computation.
+its examples' returned values as JSON (`<script id="example-data">`) and its figure's
+plotted series (`<script id="figure-data">`, with the SVG id of each drawing), so tests
+can compare the page with a fresh computation. A registered method without a figure
+definition fails the build (`figures.FigureError`, naming the file to write).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from pathlib import Path
 
 from .. import methods
 from ..errors import PolicylabError
-from . import anatomy, bank
+from . import anatomy, bank, figures
 from .bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
+from .figures import render
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -59,6 +66,13 @@ UI = {
     "no_topics": {"en": "No topics yet.", "zh": "暂无专题。"},
     "compare_note": {"en": "From the registry cards; required inputs = the method's required batch fields.",
                      "zh": "来自注册表中的方法卡片；所需输入即该方法需要的批数据字段。"},
+    "figure": {"en": "Figure", "zh": "图"},
+    "figure_source": {"en": "Computed when this site was built by", "zh": "构建本站时由以下调用计算："},
+    "full_size": {"en": "open the figure at full size", "zh": "查看原尺寸图"},
+    "overlays": {"en": "Overlays: several methods on the same axes", "zh": "对比图：多个方法画在同一坐标轴上"},
+    "overlays_nav": {"en": "Overlays", "zh": "对比图"},
+    "overlay_methods": {"en": "Methods drawn", "zh": "图中的方法"},
+    "in_overlays": {"en": "Also drawn with other methods in", "zh": "与其他方法一同出现在"},
 }
 CATEGORY = {"basics": {"en": "basics", "zh": "基础"}, "mechanism": {"en": "mechanism", "zh": "机制"},
             "comparison": {"en": "comparison", "zh": "比较"}, "implementation": {"en": "implementation", "zh": "实现"}}
@@ -118,7 +132,7 @@ def page(title: dict, body: str, root: str = "") -> str:
     css = (ASSETS / "site.css").read_text(encoding="utf-8")
     js = (ASSETS / "site.js").read_text(encoding="utf-8")
     nav = " ".join([link(f"{root}index.html", ui("questions")), link(f"{root}compare.html", ui("compare")),
-                    link(f"{root}topics.html", ui("topics"))])
+                    link(f"{root}topics.html", ui("topics")), link(f"{root}index.html#overlays", ui("overlays_nav"))])
     return (
         '<!doctype html>\n<html lang="en" data-lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -178,7 +192,27 @@ def card_rows(entry: MethodEntry) -> dict:
     return {k: v for k, v in vals.items() if v}
 
 
-def method_page(entry: MethodEntry, have: set) -> str:
+def figure_file(key: str, lang: str) -> str:
+    return f"figures/{key}.{lang}.svg"
+
+
+def figure_html(fig: figures.Figure, key: str) -> str:
+    """Both languages of the figure (CSS shows one), alt text and caption in each, and
+    what was called to compute it."""
+    imgs = "".join(
+        f'<a class="{lang}" lang="{lang}" href="{esc(figure_file(key, lang))}" '
+        f'title="{esc(UI["full_size"][lang])}"><img src="{esc(figure_file(key, lang))}" '
+        f'alt="{esc(figures.alt_text(fig, lang))}" data-figure="{esc(key)}" loading="eager"></a>' for lang in LANGS)
+    sources = "; ".join(dict.fromkeys(p.source for p in fig.panels))
+    return (f'<figure class="plot" id="figure">{imgs}<figcaption>{bi(fig.caption, "p")}'
+            f'<p class="muted">{ui("figure_source")} <code>{esc(sources)}</code></p></figcaption></figure>')
+
+
+def figure_data(fig: figures.Figure, key: str) -> dict:
+    return {**fig.data(), "files": {lang: figure_file(key, lang) for lang in LANGS}}
+
+
+def method_page(entry: MethodEntry, have: set, fig: figures.Figure | None = None, overlays=()) -> str:
     rows = card_rows(entry)
     card = "".join(f"<tr><th>{bi(label)}</th><td>{esc(rows[k])}</td></tr>" for k, label in CARD_ROWS if k in rows)
     formulas = []
@@ -187,12 +221,21 @@ def method_page(entry: MethodEntry, have: set) -> str:
         formulas.append(f"<h3>{bi(STAGE[k.stage])}: <code>{esc(k.qualname)}</code> "
                         f'<span class="muted">({ui("source")}: {src})</span></h3>'
                         f"<pre>{esc(k.formula or entry.card.summary)}</pre>")
+    plot, data = "", ""
+    if fig is not None:
+        also = ""
+        if overlays:
+            links = "".join(f"<li>{link(overlay_href(o.key), bi(o.title))}</li>" for o in overlays)
+            also = f'<p class="muted">{ui("in_overlays")}:</p><ul class="overlays-list">{links}</ul>'
+        plot = f'<div class="figure-col"><h2>{ui("figure")}</h2>{figure_html(fig, entry.name)}{also}</div>'
+        data = json_script("figure-data", figure_data(fig, entry.name))
     body = (
         f'<h1>{esc(entry.name)} <span class="muted">{esc(entry.card.title)}</span></h1>'
         f'<h2>{ui("card")}</h2><table class="card">{card}</table>'
-        f'<h2>{ui("formula")}</h2><p class="muted">{ui("formula_note")}</p>{"".join(formulas)}'
+        f'<div class="formula-figure"><div class="formula-col"><h2>{ui("formula")}</h2>'
+        f'<p class="muted">{ui("formula_note")}</p>{"".join(formulas)}</div>{plot}</div>'
         f'<h2>{ui("questions")}</h2>{"".join(question_html(q, have) for q in entry.questions)}'
-        + json_script("example-data", example_data(entry.questions))
+        + json_script("example-data", example_data(entry.questions)) + data
     )
     return page({"en": f"{entry.name} · policylab", "zh": f"{entry.name} · policylab"}, body)
 
@@ -218,7 +261,18 @@ def index_items(entries: list[MethodEntry], topic_data: Topics) -> list[dict]:
     return items
 
 
-def index_page(entries: list[MethodEntry], topic_data: Topics) -> str:
+def overlay_href(key: str) -> str:
+    return f"overlay-{key}.html"
+
+
+def overlay_page(d: figures.OverlayDef, fig: figures.Figure, have: set) -> str:
+    ms = " ".join(method_link(m, have, "badge") for m in d.methods)
+    body = (f'<h1>{bi(d.title)}</h1><p>{ui("overlay_methods")}: {ms}</p>{figure_html(fig, "overlay-" + d.key)}'
+            + json_script("figure-data", figure_data(fig, "overlay-" + d.key)))
+    return page(d.title, body)
+
+
+def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> str:
     names = [e.name for e in entries]
     families = sorted({e.card.family for e in entries})
     data = dict(items=index_items(entries, topic_data), categories=CATEGORY, ui={"count": UI["count"]})
@@ -232,9 +286,13 @@ def index_page(entries: list[MethodEntry], topic_data: Topics) -> str:
     )
     listing = "".join(f"<li>{link(method_href(e.name), esc(e.name))} <span class=\"muted\">{esc(e.card.family)}</span></li>"
                       for e in entries)
+    over = "".join(f"<li>{link(overlay_href(o.key), bi(o.title))} <span class=\"muted\">{esc(', '.join(o.methods))}</span></li>"
+                   for o in overlays)
     body = (f'<h1>{ui("site")}</h1>{ui("intro", "p")}{filters}<p id="count" class="count"></p>'
             f'<noscript>{ui("noscript", "p")}</noscript><ul id="results" class="results"></ul>'
-            f'<h2>{ui("methods")}</h2><ul class="methods-list">{listing}</ul>' + json_script("index-data", data))
+            f'<h2>{ui("methods")}</h2><ul class="methods-list">{listing}</ul>'
+            f'<h2 id="overlays">{ui("overlays")}</h2><ul class="overlays-list">{over}</ul>'
+            + json_script("index-data", data))
     return page(UI["site"], body)
 
 
@@ -272,11 +330,16 @@ def source_page(rel: str) -> str:
 
 
 def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data: Topics | None = None,
-               complete: bool = True, bank_dir=None, examples=None, topics_path=None) -> Path:
+               complete: bool = True, bank_dir=None, examples=None, topics_path=None, figures_dir=None,
+               overlays_path=None) -> Path:
     """Write the site into `out_dir` and return the path of its index.html.
 
     entries / topic_data: an already built bank (both languages); by default the package's
-    bank (`complete=False` builds a preview without the methods that have no file yet)."""
+    bank (`complete=False` builds a preview without the methods that have no file yet).
+    Figures: every method with a page needs a definition in `figures_dir` (default
+    learn/figures/defs/), and with `complete` every registered method does; a missing one
+    raises `figures.FigureError` naming the file to write. overlays_path: the overlay list
+    (default learn/figures/overlays.yaml)."""
     if entries is None:
         entries = bank.build_bank(None, bank_dir=bank_dir, examples=examples, complete=complete)
     if topic_data is None:
@@ -284,13 +347,26 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     for q in [q for e in entries for q in e.questions] + list(topic_data.questions):
         if set(q.question) != set(LANGS):
             raise PolicylabError("build_site needs the bank in both languages: build it with lang=None")
+    have = {e.name for e in entries}
+    if complete:
+        figures.check_complete(defs_dir=figures_dir)
+    defs = figures.definitions([e.name for e in entries], defs_dir=figures_dir)
+    figs = {e.name: figures.figure(e.name, definition=defs[e.name]) for e in entries}
+    overlay_defs = figures.overlay_defs(overlays_path)
+    overlay_figs = {o.key: figures.overlay(o) for o in overlay_defs}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    have = {e.name for e in entries}
-    pages = {"index.html": index_page(entries, topic_data), "compare.html": compare_page(have),
+    pages = {"index.html": index_page(entries, topic_data, overlay_defs), "compare.html": compare_page(have),
              "topics.html": topics_page(topic_data, have)}
     for e in entries:
-        pages[method_href(e.name)] = method_page(e, have)
+        pages[method_href(e.name)] = method_page(e, have, figs[e.name],
+                                                 [o for o in overlay_defs if e.name in o.methods])
+    for o in overlay_defs:
+        pages[overlay_href(o.key)] = overlay_page(o, overlay_figs[o.key], have)
+    svgs = {**figs, **{f"overlay-{k}": f for k, f in overlay_figs.items()}}
+    for key, fig in svgs.items():
+        for lang in LANGS:
+            pages[figure_file(key, lang)] = render.svg(fig, lang)
     sources = sorted({k.path for e in entries for k in anatomy.kernels(e.method)})
     for rel in sources:
         pages[f"source/{rel}.html"] = source_page(rel)

@@ -1,0 +1,205 @@
+"""Which registered methods another engine can host, computed from their specs.
+
+An engine adapter runs a method's *loss path* (objective × corrections, addends, terms,
+through `methods.loss`) inside the engine's loss hook, and its *advantage stage* inside
+the engine's advantage hook. Whether that is possible follows from what each stage
+declares it reads, never from a list of names:
+
+- the source must be the plain on-policy rollout: the engine samples with its own
+  rollout engine and records nothing else (no top-K envelope, no demonstrations);
+- no round stage may be active: a round stage runs once per update round over the whole
+  batch (group statistics, acceptance draws, provenance checks), and the engines call a
+  loss per micro-batch with no hook in between;
+- every field an active objective, correction or term reads must be one the engine's
+  loss hook supplies;
+- addends that the engine computes itself (verl adds its own KL and entropy terms) are
+  switched off in the hosted loss and mapped to the engine's settings;
+- the advantage stage may read only what the engine's advantage hook supplies (rewards
+  and the prompt groups, for both engines).
+
+Reward and filter stages are outside any loss: they are listed on the hosting card as
+the parts the user's engine configuration (its reward function, its group filter) must
+provide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import PolicylabError
+from ..methods import REGISTRY, Method, get
+from ..methods.spec import Stage
+from ..methods.stages import rewards as reward_stages
+from ..methods.stages import sources
+
+# what each field means, for refusals ("needs X: <what>")
+FIELD_MEANING = {
+    "logp": "the learner's log-probs",
+    "logp_old": "the trainer's log-probs at the sampling weights",
+    "logp_behavior": "the log-probs the rollout engine sampled from",
+    "logp_ref": "the reference model's log-probs",
+    "logp_current": "the learner's log-probs at the start of the update round over the whole batch "
+                    "(a forward at the current weights before any minibatch)",
+    "entropy": "the learner's per-token entropy",
+    "values": "a critic's values",
+    "rewards": "one scalar reward per response",
+    "group": "the prompt group of each response",
+    "greedy_rewards": "the reward of a greedy decode of each prompt",
+    "extras.step_rewards": "per-step (process) rewards with their step boundaries",
+    "reward_intervals": "a judge's [low, high] reward interval per response",
+    "reward_vectors": "a vector of reward dimensions per response",
+    "outcome.correct": "the raw verifier outcome of each response",
+    "extras.sis_accepted": "SIS acceptance draws (made by a round stage)",
+    "extras.gmc_weight": "GMC group-capped weights (made by a round stage)",
+    "batch_id": "batch ids (single-use ledger)",
+    "policy_version": "the policy version that sampled each response (provenance)",
+}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What an engine's hooks supply.
+
+    loss_fields       fields the loss hook can give a policylab loss, per micro-batch
+    advantage_fields  fields the advantage hook can give an advantage stage, whole batch
+    own_addends       addend stage name -> the engine setting that computes that term
+                      (the hosted loss switches the policylab addend off)
+    off_params        parameter -> value forced in the hosted loss (the engine's own
+                      term replaces it), with the message given when a user sets another
+    conditional       field -> the engine setting without which the field is missing
+    """
+
+    name: str
+    loss_fields: frozenset
+    advantage_fields: frozenset
+    own_addends: Mapping[str, str] = field(default_factory=dict)
+    off_params: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    conditional: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class HostPlan:
+    """The outcome of checking one method against one engine."""
+
+    method: Method  # with the parameters the hosted loss uses
+    engine: Engine
+    reasons: list[str]  # why it cannot be hosted (empty: hostable)
+    needs: list[str]  # engine settings the hosted method relies on
+    outside: list[str]  # stages the engine configuration must provide itself
+
+    @property
+    def hostable(self) -> bool:
+        return not self.reasons
+
+    def refusal(self) -> str:
+        return (f"{self.engine.name} cannot host policylab method `{self.method.name}`: " + "; ".join(self.reasons))
+
+
+def _missing(stage: Stage, available, kind: str, engine: Engine) -> list[str]:
+    out = []
+    for f in stage.reads:
+        if f in available:
+            continue
+        what = FIELD_MEANING.get(f, f)
+        out.append(f"{kind} `{stage.name}` reads `{f}` ({what}), which {engine.name}'s {_hook(kind)} does not supply")
+    return out
+
+
+def _hook(kind: str) -> str:
+    return "advantage hook" if kind == "advantage" else "loss hook"
+
+
+def plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | None = None) -> HostPlan:
+    """Check `method` (with `overrides` of its parameters, validated by the method) against
+    `engine`; the returned plan's method has the engine's forced parameters applied."""
+    m = get(method) if isinstance(method, str) else method
+    overrides = dict(overrides or {})
+    for name, (forced, why) in engine.off_params.items():
+        if name in overrides and overrides[name] != forced and name in {q.name for q in m.params}:
+            raise PolicylabError(f"method `{m.name}` parameter `{name}`={overrides[name]!r}: {why}")
+    declared = {q.name for q in m.params}
+    forced = {k: v for k, (v, _) in engine.off_params.items() if k in declared}
+    m = m.with_params({**overrides, **forced})
+    reasons: list[str] = []
+    needs: list[str] = []
+    outside: list[str] = []
+    if m.source is not sources.ON_POLICY:
+        extra = [w for w in m.source.writes if w not in sources.ON_POLICY.writes]
+        reasons.append(f"source `{m.source.name}` records {', '.join(extra) or 'more than the sampled tokens'} at "
+                       f"sampling; {engine.name} samples with its own rollout engine")
+    for s in m.active("round"):
+        what = ", ".join(f"`{f}` ({FIELD_MEANING.get(f, f)})" for f in s.reads) or "the whole batch"
+        reasons.append(f"round stage `{s.name}` runs once per update round over the whole batch and reads {what}; "
+                       f"{engine.name} calls a loss per micro-batch and has no per-round hook")
+    for kind in ("objective", "correction", "term"):
+        for s in m.active(kind):
+            reasons += _missing(s, engine.loss_fields, kind, engine)
+    for s in m.active("addend"):
+        if s.name in engine.own_addends:
+            continue
+        reasons += _missing(s, engine.loss_fields, "addend", engine)
+    reasons += _missing(m.advantage, engine.advantage_fields, "advantage", engine)
+    used = {f for k in ("objective", "correction", "term", "addend") for s in m.active(k) for f in s.reads}
+    for f, setting in engine.conditional.items():
+        if f in used:
+            needs.append(setting)
+    for s in (*m.rewards, *m.filters):
+        if s is reward_stages.VERIFIER:
+            outside.append("rewards: the engine's reward function (policylab's task verifier is not run)")
+        else:
+            outside.append(f"{s.kind} stage `{s.name}` ({(s.fn.__doc__ or '').strip().splitlines()[0]}) is not "
+                           f"run: the engine's reward function or group filter must provide it")
+    return HostPlan(m, engine, reasons, needs, outside)
+
+
+def plans(engine: Engine) -> dict[str, HostPlan]:
+    """Every registered method's plan at its defaults, by name."""
+    return {name: plan(name, engine) for name in sorted(REGISTRY)}
+
+
+def hostable(engine: Engine) -> list[str]:
+    return [n for n, p in plans(engine).items() if p.hostable]
+
+
+def advantage_stages(engine: Engine) -> dict[str, tuple[Stage, Method]]:
+    """Each distinct advantage stage that reads only what the engine's advantage hook
+    supplies, with the method whose parameters (and defaults) it takes: the method of the
+    stage's own name when there is one, else the first registered method using it."""
+    out: dict[str, tuple[Stage, Method]] = {}
+    for name in sorted(REGISTRY):
+        m = REGISTRY[name]
+        s = m.advantage
+        if not set(s.reads) <= engine.advantage_fields:
+            continue
+        if s.name not in out or name == s.name:
+            out[s.name] = (s, m)
+    return out
+
+
+def stage_params(stage: Stage, method: Method, given: Mapping[str, Any] | None, where: str) -> Method:
+    """`method` with `given` applied, refusing names the stage does not declare."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(stage.params))
+    if unknown:
+        raise PolicylabError(f"{where}: advantage `{stage.name}` takes {', '.join(stage.params) or 'no parameters'}; "
+                             f"got {', '.join(unknown)}")
+    return method.with_params(given)
+
+
+def replace_state(method: Method, engine: Engine):
+    """A `ctx.state` for stages run inside an engine: per-run state is not checkpointed
+    there, so reading it is refused with the state's name and purpose."""
+    docs = {s.name: s.doc for s in method.state}
+
+    class _NoState(dict):
+        def __getitem__(self, key):
+            raise PolicylabError(
+                f"method `{method.name}` with these parameters reads per-run state `{key}` ({docs.get(key, '')}), "
+                f"which {engine.name} would not checkpoint; choose parameters that need no state")
+
+    return _NoState()
+
+
+__all__ = ["Engine", "HostPlan", "FIELD_MEANING", "plan", "plans", "hostable", "advantage_stages", "stage_params",
+           "replace_state"]

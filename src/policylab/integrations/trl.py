@@ -1,0 +1,197 @@
+"""policylab methods inside TRL's GRPOTrainer (tested against TRL 1.16.0).
+
+    from policylab.integrations.trl import PolicylabGRPOTrainer
+    trainer = PolicylabGRPOTrainer(method="cispo", method_params={"eps_high": 0.28},
+                                   model=..., reward_funcs=[...], args=GRPOConfig(...), train_dataset=...)
+
+The subclass replaces two things and keeps the rest of TRL (generation, reward
+functions, accelerate / DeepSpeed, logging):
+
+- advantages: after TRL has scored a generation batch, the method's advantage stage runs
+  on the rewards of the whole batch (every process's completions, gathered, as TRL does;
+  groups are TRL's `num_generations` consecutive completions), then each process keeps
+  its slice;
+- the loss (`_compute_loss`): the method's terms from `methods.loss.loss_terms` on TRL's
+  tensors (``per_token_logps`` -> logp, ``old_per_token_logps`` -> logp_old, or sg(logp)
+  when TRL skips that pass for a single update, ``ref_per_token_logps`` -> logp_ref,
+  ``sampling_per_token_logps`` -> logp_behavior, the entropies TRL computes -> entropy),
+  reduced by `policylab.aggregate.aggregate` with TRL's normalizer for the method's mode:
+  a token mean over ``num_items_in_batch`` / processes (scaled to one accumulation
+  window, as TRL's dapo/cispo), a sequence mean over the micro-batch's rows divided by
+  the accumulation steps (as TRL's grpo/dr_grpo).
+
+TRL's own ``loss_type``, ``epsilon*`` and ``beta`` are not read by the loss: the method's
+parameters are. ``args.beta`` is set to the method's KL coefficient so TRL computes the
+reference log-probs exactly when the KL is in the loss. Methods whose needs TRL cannot
+supply are refused when the trainer is built, naming the missing role
+(`policylab.integrations.hosting`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from trl import GRPOTrainer
+
+from .. import aggregate as agg
+from ..errors import PolicylabError
+from ..methods.context import StageContext
+from ..methods.loss import loss_terms, tensor_inputs
+from ..methods.spec import RunShape
+from . import hosting
+
+_BEHAVIOR = ("TRL passes the sampler's log-probs (sampling_per_token_logps) only from vLLM (use_vllm=True) or a "
+             "rollout_func that returns logprobs")
+ENGINE = hosting.Engine(
+    name="TRL",
+    loss_fields=frozenset({"logp", "logp_old", "logp_behavior", "logp_ref", "entropy"}),
+    advantage_fields=frozenset({"rewards", "group"}),
+    conditional={"logp_behavior": _BEHAVIOR, "logp_ref": "a reference model (args.beta is set to kl_coef)"},
+)
+
+
+def methods() -> list[str]:
+    """The policylab methods this trainer accepts (at their defaults)."""
+    return hosting.hostable(ENGINE)
+
+
+class PolicylabGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer running policylab method `method` with `method_params`."""
+
+    def __init__(self, *args, method: str = "grpo", method_params: dict | None = None, **kwargs):
+        plan = hosting.plan(method, ENGINE, method_params)
+        if not plan.hostable:
+            raise PolicylabError(plan.refusal())
+        m = plan.method
+        cfg = kwargs.get("args") if "args" in kwargs else (args[2] if len(args) > 2 else None)
+        if cfg is None:
+            raise PolicylabError("PolicylabGRPOTrainer needs args=GRPOConfig(...) (the method sets args.beta)")
+        _check_args(m, cfg, kwargs.get("rollout_func"))
+        if "L_norm" in m.p and m.p["L_norm"] is None:  # Dr. GRPO's documented default: the generation budget
+            m = m.with_params({**(method_params or {}), "L_norm": float(cfg.max_completion_length)})
+        m.check_run(RunShape(group_size=cfg.num_generations, epochs=cfg.num_iterations))
+        kl = [s for s in m.active("addend") if "logp_ref" in s.reads]
+        cfg.beta = float(m.p["kl_coef"]) if kl else 0.0  # TRL computes ref log-probs iff beta != 0
+        self.policylab_method = m
+        self._policylab_rewards = None
+        super().__init__(*args, **kwargs)
+        if getattr(self, "_entropy_bonus_enabled", False):
+            raise PolicylabError("TRL's entropy bonus is not run by PolicylabGRPOTrainer: set "
+                                 "method_params.entropy_coef instead")
+
+    # ------------------------------------------------------------------ advantages
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._policylab_rewards = rewards  # [N, F] over every process (TRL gathers them)
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        out["advantages"] = self._policylab_advantages(out["completion_mask"], mode)
+        return out
+
+    def _policylab_advantages(self, local_mask: torch.Tensor, mode: str) -> torch.Tensor:
+        m = self.policylab_method
+        per_func = self._policylab_rewards
+        if per_func is None:
+            raise PolicylabError("no rewards were computed for this generation batch")
+        if torch.isnan(per_func).all(dim=1).any():
+            raise PolicylabError("a completion was unscorable (every reward function returned None); policylab "
+                                 "advantages do not zero-fill it")
+        rewards = (torch.nan_to_num(per_func) * self.reward_weights.to(per_func.device).unsqueeze(0)).sum(dim=1)
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        acc = self.accelerator
+        mask = acc.gather(acc.pad_across_processes(local_mask, dim=1, pad_index=0)).bool()
+        group = torch.arange(rewards.shape[0], device=rewards.device) // G
+        batch = tensor_inputs(torch.zeros(mask.shape, dtype=rewards.dtype, device=mask.device), rewards, mask,
+                              group=group, rewards=rewards.float()).batch
+        stage = m.advantage
+        ctx = StageContext(p=m.view(stage), state=hosting.replace_state(m, ENGINE), run=RunShape(group_size=G),
+                           policy_version=0, sampling=None, rollout=None, worker=None, score=None, next_train=None,
+                           encode=None, new_groups=None, decode=None, task_reward=None)
+        with torch.no_grad():
+            adv = stage.fn(batch, ctx).adv
+        n = local_mask.shape[0]
+        rows = slice(acc.process_index * n, (acc.process_index + 1) * n)
+        adv = adv[rows]
+        return adv[:, : local_mask.shape[1]].contiguous() if adv.dim() == 2 else adv
+
+    # ------------------------------------------------------------------ the loss
+    def _compute_loss(self, model, inputs):
+        m = self.policylab_method
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        mask = mask.bool()
+        wants_entropy = any("entropy" in s.reads for k in ("objective", "correction", "addend", "term")
+                            for s in m.active(k))
+        extra = {k: inputs.get(k) for k in ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                                            "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids",
+                                            "mm_token_type_ids", "image_position_ids")}
+        logp, entropy, _aux = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=wants_entropy,
+            compute_aux_loss=False, **extra)
+        behavior = inputs.get("sampling_per_token_logps")
+        if behavior is None and "logp_behavior" in {f for s in m.active("correction") for f in s.reads}:
+            raise PolicylabError(f"method `{m.name}` reads logp_behavior: {_BEHAVIOR}")
+        inp = tensor_inputs(logp, inputs["advantages"], mask, logp_old=inputs.get("old_per_token_logps"),
+                            logp_behavior=behavior, logp_ref=inputs.get("ref_per_token_logps"),
+                            entropy=entropy if wants_entropy else None)
+        terms, metrics = loss_terms(m, inp)
+        train = self.model.training
+        loss = agg.aggregate(terms["policy"], mask, m.aggregation, normalizer=self._normalizer(inputs, mask, train))
+        mode = "train" if train else "eval"
+        for k, v in metrics.items():
+            if torch.is_tensor(v) and v.numel() == 1 or isinstance(v, (int, float)):
+                self._metrics[mode][f"policylab/{k}"].append(float(v))
+        self._metrics[mode]["policylab/loss"].append(float(loss.detach()))
+        return loss
+
+    def _normalizer(self, inputs, mask: torch.Tensor, train: bool) -> float:
+        """TRL's normalizer for the method's aggregation mode (see the module doc)."""
+        m = self.policylab_method
+        ga = self.current_gradient_accumulation_steps if train else 1
+        mode = m.aggregation
+        if mode == "token_mean":
+            n = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if train:
+                n = n * ga / self.args.steps_per_generation
+            return float(n)
+        rows = float(mask.shape[0]) * ga
+        if mode == "seq_mean_token_sum_norm":
+            rows *= float(m.p["L_norm"])
+        if not math.isfinite(rows) or rows <= 0:
+            raise PolicylabError(f"normalizer {rows} for mode {mode}")
+        return rows
+
+
+def _check_args(m, cfg, rollout_func) -> None:
+    """Refuse TRL settings the replaced loss would silently drop."""
+    used = {f for k in ("objective", "correction", "addend", "term") for s in m.active(k) for f in s.reads}
+    if "logp_behavior" in used and not getattr(cfg, "use_vllm", False) and rollout_func is None:
+        raise PolicylabError(f"TRL cannot host policylab method `{m.name}` here: it reads logp_behavior "
+                             f"(the log-probs the rollout engine sampled from), and {_BEHAVIOR}")
+    dropped = []
+    if getattr(cfg, "use_liger_kernel", False):
+        dropped.append("use_liger_kernel=True (TRL then skips _compute_loss)")
+    if getattr(cfg, "off_policy_mask_threshold", None) is not None:
+        dropped.append("off_policy_mask_threshold")
+    if getattr(cfg, "top_entropy_quantile", 1.0) < 1.0:
+        dropped.append("top_entropy_quantile < 1")
+    if getattr(cfg, "delta", None) is not None:
+        dropped.append("delta (two-sided clipping)")
+    if getattr(cfg, "use_vllm", False) and getattr(cfg, "vllm_importance_sampling_correction", False):
+        dropped.append("vllm_importance_sampling_correction=True (use a policylab correction: tis, icepop, mis ...)")
+    kl_in_loss = any("logp_ref" in s.reads for s in m.active("addend"))
+    if kl_in_loss and getattr(cfg, "use_bias_correction_kl", False):
+        dropped.append(f"use_bias_correction_kl=True (TRL's default; `{m.name}`'s KL term is its own "
+                       f"{m.p['kl_estimator']} estimator, set use_bias_correction_kl=False)")
+    if getattr(cfg, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        dropped.append("multi_objective_aggregation other than sum_then_normalize")
+    if dropped:
+        raise PolicylabError("PolicylabGRPOTrainer runs policylab's loss and advantages; these TRL settings would be "
+                             "ignored, so they are refused: " + ", ".join(dropped))

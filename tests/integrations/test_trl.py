@@ -1,0 +1,164 @@
+"""policylab inside TRL's GRPOTrainer: the loss equals TRL's own loss_type on the same
+batch, short real training runs on a tiny model, and a two-process data-parallel run
+equal to the one-process run on the same global batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from engines import require
+
+require("trl")
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from policylab.errors import PolicylabError  # noqa: E402
+from policylab.integrations import trl as PT  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _config(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, fp16=False, per_device_train_batch_size=4,
+                gradient_accumulation_steps=2, num_generations=4, max_completion_length=6, learning_rate=1e-3,
+                max_steps=2, logging_steps=1, report_to="none", save_strategy="no", gradient_checkpointing=False,
+                seed=0, data_seed=0, dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True,
+                log_completions=False)
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def _reward(prompts, completions, completion_ids, **kw):
+    return [float(len(c) % 3) + 0.1 * (c[0] % 5 if c else 0) for c in completion_ids]
+
+
+def _dataset(n=8):
+    return Dataset.from_list([{"prompt": f"What is {a} + {a}?"} for a in range(n)])
+
+
+def _trainer(tmp_path, tiny_model_dir, method, params=None, **cfg):
+    return PT.PolicylabGRPOTrainer(method=method, method_params=params or {}, model=str(tiny_model_dir),
+                                   reward_funcs=[_reward], args=_config(tmp_path, **cfg), train_dataset=_dataset())
+
+
+def _inputs(trainer, B=8, P=3, T=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(10, 500, (B, P), generator=g)
+    completion_ids = torch.randint(10, 500, (B, T), generator=g)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    completion_mask = (torch.arange(T).expand(B, T) < lengths.unsqueeze(-1)).long()
+    model = trainer.model
+    with torch.no_grad():
+        logp, _, _ = trainer._get_per_token_logps_and_entropies(
+            model, torch.cat([prompt_ids, completion_ids], 1),
+            torch.cat([torch.ones(B, P, dtype=torch.long), completion_mask], 1), T)
+    return {"prompt_ids": prompt_ids, "prompt_mask": torch.ones(B, P, dtype=torch.long),
+            "completion_ids": completion_ids, "completion_mask": completion_mask,
+            "advantages": torch.randn(B, generator=g),
+            "old_per_token_logps": logp + 0.2 * torch.randn(B, T, generator=g),
+            "ref_per_token_logps": logp + 0.3 * torch.randn(B, T, generator=g),
+            "num_items_in_batch": completion_mask.sum() * 2}
+
+
+def _loss_and_grad(fn, trainer, inputs):
+    trainer.model.zero_grad()
+    loss = fn(trainer.model, inputs)
+    loss.backward()
+    grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+    return loss.detach(), grad
+
+
+@pytest.mark.parametrize("method,params,trl_kw", [
+    # k3 KL in the loss, beta 0.04 on both sides; TRL's default multiplies its KL by the ratio
+    ("grpo", {}, dict(loss_type="grpo", epsilon=0.2, use_bias_correction_kl=False)),
+    ("dapo", {}, dict(loss_type="dapo", epsilon=0.2, epsilon_high=0.28)),
+    ("dr_grpo", {}, dict(loss_type="dr_grpo", epsilon=0.2)),  # L_norm = max_completion_length
+    ("cispo", {"eps_high": 0.28}, dict(loss_type="cispo", epsilon_high=1.28)),  # TRL caps the ratio at 1.28
+])
+def test_the_loss_equals_trl_loss_type_on_the_same_batch(tmp_path, tiny_model_dir, method, params, trl_kw):
+    trainer = _trainer(tmp_path, tiny_model_dir, method, params, **trl_kw)
+    assert trainer.beta == (0.04 if method == "grpo" else 0.0)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    inputs = _inputs(trainer)
+    ours = _loss_and_grad(trainer._compute_loss, trainer, inputs)
+    theirs = _loss_and_grad(lambda m, i: GRPOTrainer._compute_loss(trainer, m, i), trainer, inputs)
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(ours[1], theirs[1], rtol=1e-4, atol=1e-7)
+    assert float(ours[1].abs().sum()) > 0
+
+
+def test_methods_trl_cannot_host_are_refused_naming_the_missing_role(tmp_path, tiny_model_dir):
+    with pytest.raises(PolicylabError, match="round stage `gmc_weights`.*logp_current"):
+        _trainer(tmp_path, tiny_model_dir, "gmc")
+    with pytest.raises(PolicylabError, match="reads logp_behavior"):
+        _trainer(tmp_path, tiny_model_dir, "tis")
+    with pytest.raises(PolicylabError, match="advantage `gae` reads `values`"):
+        _trainer(tmp_path, tiny_model_dir, "ppo")
+    with pytest.raises(PolicylabError, match="use_bias_correction_kl=False"):
+        _trainer(tmp_path, tiny_model_dir, "grpo")
+    with pytest.raises(PolicylabError, match="has no parameter `eps_hi`"):
+        _trainer(tmp_path, tiny_model_dir, "cispo", {"eps_hi": 0.3})
+    assert "cispo" in PT.methods() and "gmc" not in PT.methods()
+
+
+# reinforce_pp puts its KL in the reward (a round stage TRL has no hook for): run without it
+@pytest.mark.parametrize("method,params", [("grpo", {}), ("gspo", {}), ("reinforce_pp", {"kl_coef": 0.0}),
+                                           ("rloo", {})])
+def test_a_short_real_training_run(tmp_path, tiny_model_dir, method, params):
+    trainer = _trainer(tmp_path, tiny_model_dir, method, params, max_steps=2, use_bias_correction_kl=False)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    trainer.train()
+    moved = [k for k, v in trainer.model.named_parameters() if not torch.equal(v.detach(), before[k])]
+    assert moved, "no parameter changed"
+    assert all(torch.isfinite(v).all() for v in trainer.model.parameters())
+    logged = [h for h in trainer.state.log_history if "policylab/loss" in h]
+    assert len(logged) == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("method", ["grpo", "dapo"])
+def test_two_process_data_parallel_update_equals_one_process(tmp_path, tiny_model_dir, method):
+    from safetensors.torch import load_file
+
+    from policylab import models
+
+    env = {**os.environ, "PYTHONPATH": str(HERE), "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
+    one, two = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
+    script = str(HERE / "trl_run.py")
+    # same global batch (16 completions per step): 1 process x 4 micro-batches of 4, 2 processes x 2 of 4
+    subprocess.run([sys.executable, script, str(tiny_model_dir), str(one), "4", "4", method], env=env, check=True,
+                   timeout=600, capture_output=True)
+    accelerate = str(Path(sys.executable).with_name("accelerate"))
+    # accelerate 1.15's `--cpu` runs one process unless MPI is set up; `--multi_gpu` starts two
+    # processes with torchrun, and `use_cpu=True` in the config makes them CPU ranks over gloo
+    run = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+                          str(_free_port()), script, str(tiny_model_dir), str(two), "4", "2", method],
+                         env=env, timeout=900, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-4000:]
+    # the two ranks each generated for their half of the global batch
+    halves = [Path(f"{two}.rollout{rank}").read_text().split("\n")[:-1] for rank in (0, 1)]
+    assert len(halves[0]) == len(halves[1]) == 8, halves
+    assert sorted(halves[0] + halves[1]) == sorted(Path(f"{one}.rollout0").read_text().split("\n")[:-1])
+    assert not Path(f"{one}.rollout1").exists()
+    a, b = load_file(str(one)), load_file(str(two))
+    start = models.load_policy(str(tiny_model_dir))[0].state_dict()
+    moved = 0.0
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
+        moved += float((a[k] - start[k]).abs().sum())
+    assert moved > 0  # the step changed the weights
