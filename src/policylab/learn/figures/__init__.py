@@ -528,4 +528,4 @@ def alt_text(fig: Figure, lang: str) -> str:
     return head + " ".join(parts)
 
 
-from . import views_advantages, views_corrections, views_objectives, views_rewards  # noqa: E402,F401
+from . import views_advantages, views_corrections, views_objectives, views_rewards, views_testtime  # noqa: E402,F401
