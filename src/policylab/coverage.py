@@ -1,7 +1,7 @@
 """Fixed-budget coverage and the sharpening tax: what post-training costs in pass@K.
 
-Paper: "Sharpening Tax in Post-Training" (the title as given in the method catalog; the
-arXiv id and the published form of its temperature policy could not be checked).
+Paper: "Sharpening Tax in Post-Training" (the arXiv id and the published form of its
+temperature policy could not be checked).
 
     pass@K(task) = 1 − C(n − c, K) / C(n, K)     (unbiased, n >= K; `metrics.pass_at_k`)
     cov_K        = mean over tasks of pass@K

@@ -29,6 +29,13 @@ EVIDENCE = {
              "steps, finite metrics (benchmarks/results/methods_real.md); no learning claim"),
     **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
+    # test-time adaptation (unlabeled prompts; the reward is the model's own agreement, not gold)
+    "probe_erpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, probes answered by the model's "
+                   "greedy decode: 3 optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no "
+                   "learning claim"),
+    "tasco": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct through the soft prefix (HF generate "
+              "with the prefix, K = 2 perturbed copies): 3 optimizer steps of the prefix, finite metrics "
+              "(benchmarks/results/methods_real_13b.md); no learning claim"),
 }
 
 

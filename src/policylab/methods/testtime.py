@@ -49,8 +49,8 @@ register(policy_gradient_method(
                      "converged-token threshold ttpo_tau_conv (0.99: library decision)",
                      "confident-error threshold ttpo_tau_err (0.9) and its level (token or response)",
                      "term weights ttpo_sd_coef and ttpo_rl_coef (1, 1)"),
-        confirmed="only the mechanism as the method catalog states it (no gold anywhere; the vote is TTRL's rule: "
-                  "ties make a prompt ineligible); the paper itself could not be checked",
+        confirmed="nothing against the paper's text, which could not be checked; what is tested is the mechanism "
+                  "(no gold anywhere; the vote is TTRL's rule: ties make a prompt ineligible)",
     ),
     rewards_=(tt.SELF_VOTE,), filters=(filters.ELIGIBLE,), round_=(tt.TTPO_SPLIT,),
     advantage=tt.TTPO_ADVANTAGE, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
@@ -83,9 +83,10 @@ register(policy_gradient_method(
                      "consistency rule", "PCR threshold probe_tau (0.5)", "how many candidates are reinforced "
                      "(probe_top_k 1) or suppressed (probe_suppress_frac 0.5)", "advantage magnitudes (±1) and the "
                      "entropy coefficient (0.01)"),
-        confirmed="only the mechanism as the method catalog states it: the low-PCR branch has no positive "
+        confirmed="nothing against the paper's text, which could not be checked; what is tested is the mechanism: "
+                  "the low-PCR branch has no positive "
                   "advantage, the rank mask reads ranks and probe outcomes only, the entropy term raises entropy "
-                  "(tested); the paper itself could not be checked",
+                  "(tested)",
     ),
     rewards_=(tt.PROBE_SCORE,), filters=(filters.ELIGIBLE,),
     advantage=tt.PROBE_ADVANTAGE, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
@@ -123,8 +124,8 @@ register(policy_gradient_method(
                      "divergence estimate (k3) between P and P + ξ_k", "perturbations in prefix space, "
                      "ξ ~ N(0, (σ·rms(E))²), σ = 0.1, K = 2, redrawn after every step", "λ = 1",
                      "prefix length and initialization (the embeddings of tasco_init_text's tokens)"),
-        confirmed="the title; the structure L(P) = −Conf + λ·Instab with gradients to P only and a frozen backbone, "
-                  "as the method catalog states it; the published forms could not be checked",
+        confirmed="the title only (the paper's text could not be checked); what is tested is the structure "
+                  "L(P) = −Conf + λ·Instab with gradients to P only and a bit-identical frozen backbone",
     ),
     source=tt.TASCO_SOURCE, rewards_=(tt.AGREEMENT_DIAGNOSTIC,), model=(tt.SOFT_PREFIX,), poststep=(tt.REDRAW,),
     advantage=tt.NO_ADVANTAGE, objective=tt.TASCO_OBJECTIVE, aggregation="token_mean", kl_placements=("loss",),

@@ -1,9 +1,9 @@
 """Probe-ERPO: answer-independent probe consistency decides, per prompt, whether the
 update reinforces the top-ranked candidates or suppresses the low-ranked ones.
 
-Paper: "Probe-ERPO" (the title and arXiv id could not be confirmed; the method catalog
-gives the mechanism, every form below is an explicit parameter and the card marks it
-unconfirmed). No function here takes a gold answer (conventions rule 7).
+Paper: "Probe-ERPO" (the full title and arXiv id could not be confirmed; the mechanism is
+implemented as described here, every form below is an explicit parameter and the card
+marks it unconfirmed). No function here takes a gold answer (conventions rule 7).
 
 For one prompt with G candidate replies:
 

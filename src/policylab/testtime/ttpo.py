@@ -1,8 +1,8 @@
 """TTPO: split objectives for test-time adaptation without labels.
 
-Paper: "TTPO: Test-Time Policy Optimization" (title as given in the project's method
-catalog; the arXiv id and the published equations could not be checked, so every form
-below is an explicit, documented choice and the card marks it unconfirmed).
+Paper: "TTPO: Test-Time Policy Optimization" (the arXiv id and the published equations
+could not be checked, so every form below is an explicit, documented choice and the card
+marks it unconfirmed).
 
 Each unlabeled prompt gets G sampled replies; their extracted answers vote (the same
 majority rule as TTRL, `policylab.rewards.majority_vote`). The replies are then split:
