@@ -30,6 +30,8 @@ EVIDENCE = {
     **{name: _MISMATCH for name in ("tis", "icepop", "kpop", "mis", "minirl", "online_icepop")},
     **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
     # test-time adaptation (unlabeled prompts; the reward is the model's own agreement, not gold)
+    "ttpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, self-vote on unlabeled prompts: 3 "
+             "optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no learning claim"),
     "probe_erpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, probes answered by the model's "
                    "greedy decode: 3 optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no "
                    "learning claim"),
