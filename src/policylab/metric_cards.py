@@ -58,6 +58,8 @@ def metric_names() -> list[str]:
 
 
 _MEASURED = "benchmarks/results/eval_metrics_quickstart.md"
+_STATUS = ("kernel verified; `policylab eval --metrics` run end to end on SmolLM2-135M-Instruct, base vs a one-step "
+           "GRPO checkpoint on 12 held-out prompts x 2 samples: plumbing, no effect measured (" + _MEASURED + ")")
 
 register_metric(MetricCard(
     name="sharpening_tax", title="Sharpening Tax in Post-Training", arxiv="",
@@ -65,7 +67,7 @@ register_metric(MetricCard(
             "> 0 = coverage lost",
     inputs="per task and model: n samples and c correct, one K; identical task sets for both models",
     cli="sharpening_tax",
-    status="kernel verified; measured on the GRPO quickstart run, base vs trained (" + _MEASURED + ")",
+    status=_STATUS,
     not_established="why coverage changes; pass@1, entropy and coverage are different quantities; the "
                     "difficulty-conditioned temperature policy is offered as a function with a required h, not "
                     "measured",
@@ -84,7 +86,7 @@ register_metric(MetricCard(
             "ECE (10 equal-width bins) on a disjoint test split",
     inputs="decision-token logits over the choices, labels, split tags (val / test); fitting on a test row raises",
     cli="calibration",
-    status="kernel verified; measured on the GRPO quickstart run, base vs trained (" + _MEASURED + ")",
+    status=_STATUS,
     not_established="post-hoc temperature is not calibration-aware RL (the paper's training method is not "
                     "implemented); the first digit's probability says nothing about the reasoning before it; the "
                     "arithmetic held-out split has 99 problems (~half per split): small-sample ECE",
