@@ -5,10 +5,11 @@
     policylab resume RUN_DIR [--set key=value ...]      continue a run from its latest checkpoint
                      [--from step_N] [--allow-imports]
     policylab eval RUN_DIR [--n N] [--from step_N]      base vs trained on the held-out split
-                     [--allow-imports]
+                     [--allow-imports] [--metrics pass@k,sharpening_tax,calibration]
+                     [--samples N] [--k 1,4,8]
     policylab convert-checkpoint RUN_DIR --i-trust-this-file   old pickle checkpoints -> safe format
     policylab compare CONFIG.yaml [--plan] [--report-only]   methods x seeds on one task and budget, one report
-    policylab methods [NAME]                            the methods table, or one method's card
+    policylab methods [NAME]                            the methods and metrics tables, or one card
     policylab train-critic CONFIG --out DIR             RFPO's critic, from the base model's own labelled rollouts
                      [--prompts N] [--group-size G] [--epochs E] [--set key=value ...]
     policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
@@ -22,18 +23,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _methods(args) -> int:
     from . import methods
-    from .methods.cards import card_text, literature_card_text, table_text
+    from .metric_cards import METRICS
+    from .methods.cards import card_text, literature_card_text, metric_card_text, metric_table_text, table_text
 
     if args.name in methods.LITERATURE:
         print(literature_card_text(args.name, methods.LITERATURE[args.name]))
+    elif args.name and args.name in METRICS:
+        print(metric_card_text(METRICS[args.name]))
     elif args.name:
         print(card_text(methods.get(args.name)))
     else:
         print(table_text())
+        print("\nmetrics (evaluation only: `policylab eval RUN --metrics NAME,...`)")
+        print(metric_table_text())
     return 0
 
 
@@ -78,7 +85,6 @@ def _resume(args) -> int:
 
 def _eval(args) -> int:
     import json
-    from pathlib import Path
 
     from .checkpoint import checkpoint_from, damaged, latest_checkpoint, load_checkpoint, verify_checkpoint
     from .config import ConfigError
@@ -89,13 +95,21 @@ def _eval(args) -> int:
     run_dir = Path(args.run_dir)
     if args.n is not None and args.n < 1:
         raise ConfigError(f"--n must be >= 1 (held-out prompts), got {args.n}")
+    metrics = None
+    if args.metrics is not None:
+        from .eval_metrics import parse_metrics
+
+        metrics = parse_metrics(args.metrics)
     cfg = load_received_run(run_dir, allow_imports=args.allow_imports)
     if args.n:
         cfg.eval.n = args.n
     if cfg.eval.n < 1:
         raise ConfigError(f"{run_dir} was trained with eval.n={cfg.eval.n} (no held-out evaluation); "
                           "pass --n N to evaluate on N held-out prompts")
+    _eval_overrides(cfg, args)
     ckpt = checkpoint_from(run_dir, args.from_checkpoint) if args.from_checkpoint else latest_checkpoint(run_dir)
+    if ckpt is None and metrics and "sharpening_tax" in metrics:
+        raise ConfigError(f"{run_dir} has no checkpoint: sharpening_tax compares the base and the trained model")
     if ckpt is not None:
         try:
             verify_checkpoint(ckpt, ("model",))
@@ -105,6 +119,8 @@ def _eval(args) -> int:
     from .memory import check_eval
 
     check_eval(trainer)
+    if metrics:
+        return _eval_metrics(trainer, run_dir, ckpt, metrics, args)
     base = trainer.evaluate("base")
     if ckpt is None:
         print(f"{args.run_dir} has no checkpoint; only the base model was evaluated", file=sys.stderr)
@@ -114,6 +130,76 @@ def _eval(args) -> int:
     trained = trainer.evaluate("trained")
     print(json.dumps({"base": base, "trained": trained, "checkpoint": ckpt.name}, indent=2))
     return 0
+
+
+def _eval_overrides(cfg, args) -> None:
+    """--samples and --k replace eval.samples and eval.k (validated like the config)."""
+    from .config import ConfigError, validate
+
+    if args.samples is not None:
+        if args.samples < 1:
+            raise ConfigError(f"--samples must be >= 1 (samples per prompt), got {args.samples}")
+        cfg.eval.samples = args.samples
+    if args.k is not None:
+        try:
+            ks = tuple(int(x) for x in args.k.split(",") if x.strip())
+        except ValueError:
+            raise ConfigError(f"--k must be comma-separated integers, got {args.k!r}") from None
+        if not ks or min(ks) < 1:
+            raise ConfigError(f"--k needs budgets >= 1, got {args.k!r}")
+        cfg.eval.k = ks
+    validate(cfg)
+
+
+def _eval_metrics(trainer, run_dir, ckpt, metrics, args) -> int:
+    """`eval --metrics`: base (and trained) measured, combined, printed as JSON, written to
+    report.json ("eval_metrics") and plots/reliability.png."""
+    import json
+
+    from . import eval_metrics as em
+    from .checkpoint import load_checkpoint
+    from .run import _write_report, _read_report
+
+    ks = tuple(trainer.cfg.eval.k)
+    base = em.measure(trainer, "base", metrics)
+    trained = None
+    if ckpt is not None:
+        trainer.load_state(load_checkpoint(ckpt, trainer.models(), run_dir))
+        trained = em.measure(trainer, "trained", metrics)
+    section = em.combine(base, trained, metrics, ks)
+    section["checkpoint"] = ckpt.name if ckpt is not None else None
+    section["settings"] = {"n": trainer.cfg.eval.n, "samples": trainer.cfg.eval.samples, "k": list(ks),
+                           "temperature": trainer.cfg.eval.temperature, "max_new_tokens": trainer.cfg.eval.max_new_tokens,
+                           "metrics": metrics}
+    out = {"base": _plain_eval(base.get("sampled")), "eval_metrics": section}
+    if trained is not None:
+        out["trained"] = _plain_eval(trained.get("sampled"))
+    written = []
+    report_path = Path(run_dir) / "report.json"
+    try:
+        report = _read_report(report_path)
+        report["eval_metrics"] = section
+        _write_report(report_path, report)
+        written.append(str(report_path))
+        if "calibration" in section:
+            written.append(str(em.reliability_png(section["calibration"], Path(run_dir) / "plots" / "reliability.png")))
+    except OSError as exc:
+        print(f"policylab: warning: could not write into {run_dir} ({exc.strerror or exc}); the results are "
+              "on stdout only", file=sys.stderr)
+    print(json.dumps(out, indent=2))
+    if written:
+        print(f"policylab: wrote {', '.join(written)}", file=sys.stderr)
+    if ckpt is None:
+        print(f"{args.run_dir} has no checkpoint; only the base model was evaluated", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _plain_eval(res):
+    """A sampled evaluation as `policylab eval` prints it (per-prompt lists left out)."""
+    if res is None:
+        return None
+    return {k: v for k, v in res.items() if k not in ("correct_per_prompt", "task_ids")}
 
 
 def _convert(args) -> int:
@@ -167,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n", type=int, default=None, help="held-out prompts (default: the run's eval.n)")
     e.add_argument("--from", dest="from_checkpoint", metavar="step_N", help="evaluate this checkpoint of the run")
     e.add_argument("--allow-imports", action="store_true", help=allow_help)
+    e.add_argument("--metrics", metavar="LIST", default=None,
+                   help="also measure these, comma-separated: pass@k (coverage), sharpening_tax (base - trained "
+                        "coverage), calibration (decision-token ECE/Brier, temperature fitted on a val split); "
+                        "written to report.json and plots/reliability.png")
+    e.add_argument("--samples", type=int, default=None, help="samples per prompt (default: the run's eval.samples)")
+    e.add_argument("--k", default=None, metavar="K1,K2", help="pass@k budgets, e.g. 1,4,8 (default: the run's eval.k)")
     e.set_defaults(fn=_eval)
     c = sub.add_parser("convert-checkpoint", help="rewrite a run's old pickle checkpoints (state.pt) in the safe format")
     c.add_argument("run_dir")

@@ -1,7 +1,10 @@
-"""Held-out evaluation: accuracy (pass@1 over all samples), unbiased pass@k, mean length.
+"""Held-out evaluation: accuracy (pass@1 over all samples), unbiased pass@k, mean length;
+and the decision-token logits that calibration is measured on (`decision_logits`).
 
 Evaluation samples under a forked RNG so it never changes the training run's random
-stream (a run with evaluation every N steps trains exactly like one without)."""
+stream (a run with evaluation every N steps trains exactly like one without). The
+coverage and calibration metrics built on these (`policylab eval --metrics`) are in
+`policylab.eval_metrics`."""
 
 from __future__ import annotations
 
@@ -14,7 +17,11 @@ from .batch import SamplingSettings
 
 def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *, samples: int = 1,
              k: tuple[int, ...] = (1,), temperature: float = 1.0, max_new_tokens: int = 32,
-             batch_size: int = 64, seed: int = 1234, progress=None) -> dict:
+             batch_size: int = 64, seed: int = 1234, progress=None, counts: bool = False) -> dict:
+    """Sample `samples` replies per prompt and score them with `reward_fn` against the
+    gold `answers` (the evaluator: the only place gold is read). `counts=True` adds
+    "correct_per_prompt", the number of correct samples of each prompt, in order (what
+    fixed-budget coverage is computed from)."""
     from .metrics import pass_at_k
 
     n_prompts = len(prompts)
@@ -48,4 +55,44 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
     # binomial standard error of the accuracy, so readers can judge a difference
     p = out["accuracy"]
     out["accuracy_stderr"] = math.sqrt(max(p * (1 - p), 1e-12) / (n_prompts * samples))
+    if counts:
+        out["correct_per_prompt"] = [int(x) for x in correct.tolist()]
     return out
+
+
+@torch.no_grad()
+def decision_logits(model, prompts: list[list[int]], choice_ids: list[int], *, pad_id: int,
+                    batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's next-token logits right after each prompt (the first reply token),
+    restricted to `choice_ids`: `[N, C]` float64, and the probability mass the full
+    next-token distribution puts on those choices `[N]` (how much of the decision the
+    restriction keeps). Prompts are left-padded; positions count real tokens only."""
+    from .logprobs import _split_head
+
+    decoder, head, softcap = _split_head(model)
+    ids = torch.tensor(choice_ids, dtype=torch.long)
+    dev = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out, mass = [], []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start:start + batch_size]
+            P = max(len(p) for p in chunk)
+            tok = torch.full((len(chunk), P), int(pad_id), dtype=torch.long)
+            att = torch.zeros((len(chunk), P), dtype=torch.bool)
+            for i, p in enumerate(chunk):
+                tok[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
+                att[i, P - len(p):] = True
+            tok, att = tok.to(dev), att.to(dev)
+            pos = (att.long().cumsum(-1) - 1).masked_fill(~att, 0)
+            h = decoder(input_ids=tok, attention_mask=att.long(), position_ids=pos, use_cache=False).last_hidden_state
+            z = head(h[:, -1]).double()
+            if softcap is not None:
+                z = torch.tanh(z / softcap) * softcap
+            z = z.cpu()
+            out.append(z[:, ids])
+            mass.append(torch.softmax(z, -1)[:, ids].sum(-1))
+    finally:
+        model.train(was_training)
+    return torch.cat(out), torch.cat(mass)

@@ -248,6 +248,10 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
                       stopped_by=budget_reached(cfg, trainer.run_state) or "steps",
                       sampled_tokens=int(trainer.run_state.get("sampled_tokens", 0)),
                       prompt_digests=list(trainer.run_state.get("prompt_digests", [])))
+        if trainer.method.card.family.startswith("test-time"):
+            from .methods.testtime import adaptation_budget
+
+            report["adaptation"] = adaptation_budget(cfg)  # an adapted model: say so, with the budgets
         if changes:
             report.setdefault("resume_changes", []).append(
                 {"at_step": resumed_at, **{k: [a, b] for k, (a, b) in changes.items()}})
@@ -462,6 +466,15 @@ def _print_report(report: dict, console, run_dir: Path) -> None:
         b = f"{base[k]:.3f}" if base and k in base else "-"
         t = f"{trained[k]:.3f}" if trained and k in trained else "-"
         table.add_row(k, b, t)
+    if report.get("eval_metrics"):
+        from .eval_metrics import summary_rows
+
+        for name, b, t in summary_rows(report["eval_metrics"]):
+            table.add_row(name, "-" if b is None else f"{b:.3f}", "-" if t is None else f"{t:.3f}")
     console.print(table)
+    if report.get("adaptation"):
+        a = report["adaptation"]
+        console.print(f"adapted (test-time): {a['prompts']} unlabeled prompts x {a['samples_per_prompt']} samples, "
+                      f"<= {a['optimizer_steps_max']} optimizer steps")
     console.print(f"training time {report.get('train_seconds', 0):.0f}s, {report.get('steps')} steps; "
                   f"metrics, plots and checkpoints in {run_dir}")

@@ -58,6 +58,15 @@ EVIDENCE = {
              "(calibration/missing_frac 1.0), so every reward came from the penalty path; no learning claim"),
     **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl")},
     **{name: _TINY_ONLY for name in ("gcpo", "iso")},
+    # test-time adaptation (unlabeled prompts; the reward is the model's own agreement, not gold)
+    "ttpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, self-vote on unlabeled prompts: 3 "
+             "optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no learning claim"),
+    "probe_erpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, probes answered by the model's "
+                   "greedy decode: 3 optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no "
+                   "learning claim"),
+    "tasco": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct through the soft prefix (HF generate "
+              "with the prefix, K = 2 perturbed copies): 3 optimizer steps of the prefix, finite metrics "
+              "(benchmarks/results/methods_real_13b.md); no learning claim"),
 }
 
 

@@ -36,4 +36,5 @@ from . import (  # noqa: E402,F401  (register the examples)
     offpolicy_objectives,
     offpolicy_topics,
     rewards_more,
+    testtime,
 )

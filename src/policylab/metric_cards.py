@@ -1,0 +1,144 @@
+"""Metric cards: evaluation measurements listed next to the training methods.
+
+A metric is not a `Method` (nothing is trained by it), so it has a registry of its own:
+`METRICS`, a plain dict from name to `MetricCard`. `policylab methods` lists both tables
+(family "metric" for these), `policylab methods NAME` prints a metric's card, the README
+table lists them, and `policylab eval RUN --metrics ...` computes them
+(`policylab.eval_metrics`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable
+
+from . import calibration, coverage, eval_metrics, evaluate, metrics
+from .errors import PolicylabError
+
+
+@dataclass(frozen=True)
+class MetricCard:
+    name: str
+    title: str  # paper title
+    arxiv: str
+    summary: str  # one line: what it measures
+    inputs: str  # what it reads
+    cli: str  # the `policylab eval --metrics` name
+    status: str  # what was measured, where the numbers are
+    not_established: str
+    kernels: tuple[Callable, ...] = ()
+    confirmed: str = ""
+    unconfirmed: tuple[str, ...] = ()
+    decision: str = ""  # calibration: what the "decision" is
+    family: str = "metric"
+
+
+METRICS: dict[str, MetricCard] = {}
+
+
+def register_metric(card: MetricCard) -> MetricCard:
+    if card.name in METRICS:
+        raise ValueError(f"metric {card.name!r} is already registered")
+    METRICS[card.name] = card
+    return card
+
+
+def get_metric(name: str) -> MetricCard:
+    try:
+        return METRICS[name]
+    except KeyError:
+        near = difflib.get_close_matches(str(name), list(METRICS), n=3, cutoff=0.4)
+        hint = f" Did you mean: {', '.join(near)}?" if near else ""
+        raise PolicylabError(f"unknown metric {name!r}.{hint}") from None
+
+
+def metric_names() -> list[str]:
+    return sorted(METRICS)
+
+
+_MEASURED = "benchmarks/results/eval_metrics_quickstart.md"
+_STATUS = ("kernel verified; `policylab eval --metrics` run end to end on SmolLM2-135M-Instruct, base vs a one-step "
+           "GRPO checkpoint on 12 held-out prompts x 2 samples: plumbing, no effect measured (" + _MEASURED + ")")
+
+register_metric(MetricCard(
+    name="sharpening_tax", title="Sharpening Tax in Post-Training", arxiv="",
+    summary="base-minus-post coverage at a fixed budget K (unbiased pass@K averaged over tasks); signed, "
+            "> 0 = coverage lost",
+    inputs="per task and model: n samples and c correct, one K; identical task sets for both models",
+    cli="sharpening_tax",
+    status=_STATUS,
+    not_established="why coverage changes; pass@1, entropy and coverage are different quantities; the "
+                    "difficulty-conditioned temperature policy is offered as a function with a required h, not "
+                    "measured",
+    kernels=(metrics.pass_at_k, coverage.coverage_at_k, coverage.sharpening_tax, coverage.difficulty_temperature),
+    confirmed="the unbiased pass@k estimator (Chen et al., arXiv 2107.03374) and its hand case n = 4, c = 1, K = 2 "
+              "-> 0.5; differing K or task sets are refused",
+    unconfirmed=("title and arXiv id of the paper", "the temperature policy T(x) = h(p̂(x)): h is a required "
+                 "argument, no default"),
+))
+
+register_metric(MetricCard(
+    name="calib_rl",
+    title="Balancing Classification and Calibration Performance in Decision-Making LLMs via Calibration Aware "
+          "Reinforcement Learning", arxiv="2601.13284",
+    summary="decision-token calibration: temperature fitted on a validation split, then accuracy, NLL, Brier and "
+            "ECE (10 equal-width bins) on a disjoint test split",
+    inputs="decision-token logits over the choices, labels, split tags (val / test); fitting on a test row raises",
+    cli="calibration",
+    status=_STATUS,
+    not_established="post-hoc temperature is not calibration-aware RL (the paper's training method is not "
+                    "implemented); the first digit's probability says nothing about the reasoning before it; the "
+                    "arithmetic held-out split has 99 problems (~half per split): small-sample ECE",
+    kernels=(evaluate.decision_logits, calibration.fit_temperature, calibration.calibration_metrics,
+             calibration.calib_rl, metrics.ece, metrics.brier, eval_metrics.calibration),
+    decision=eval_metrics.DECISION,
+    confirmed="title and arXiv id; that calibration is measured on the decision token's probabilities with ECE; "
+              "temperature scaling as in arXiv 1706.04599",
+    unconfirmed=("the number of ECE bins (10: library decision)", "the arithmetic decision (the first digit) is "
+                 "the library's reformulation, not the paper's tasks"),
+))
+
+
+METRIC_BANK_DIR = __import__("pathlib").Path(__file__).resolve().parent / "learn" / "metric_bank"
+
+
+def metric_bank(lang: str | None = None) -> dict:
+    """Each metric card's four questions (basics, mechanism, comparison, implementation) in
+    English and Chinese, in the question bank's format (`learn/metric_bank/<name>.yaml`, top
+    key `metric:`), validated by the bank's own parser with every worked example run live.
+    Returns {name: [Question, ...]} in category order; raises BankError listing problems."""
+    from .learn import bank as B
+
+    B._check_lang(lang)
+    examples = B._examples(None)
+    errors: list[str] = []
+    out = {}
+    files = {p.stem: p for p in sorted(METRIC_BANK_DIR.glob("*.yaml"))}
+    for stem in sorted(set(files) - set(METRICS)):
+        errors.append(f"{stem}.yaml: metric bank file for unknown metric {stem!r}")
+    for name in metric_names():
+        if name not in files:
+            errors.append(f"metric {name!r} has no bank file (expected {METRIC_BANK_DIR / (name + '.yaml')})")
+            continue
+        data = B._load_yaml(files[name], errors)
+        if data is None:
+            continue
+        if data.get("metric") != name or set(data) != {"metric", "questions"}:
+            errors.append(f"{name}.yaml: needs exactly the keys `metric: {name}` and `questions`")
+            continue
+        raw = data["questions"] if isinstance(data["questions"], list) else []
+        cats = sorted(str(q.get("category")) for q in raw if isinstance(q, dict))
+        if cats != sorted(B.CATEGORIES):
+            errors.append(f"{name}.yaml: needs exactly four questions, one per category ({', '.join(B.CATEGORIES)})")
+        qs = []
+        for q in raw:
+            if isinstance(q, dict) and q.get("id") != f"{name}-{q.get('category')}":
+                errors.append(f"{name}.yaml, question {q.get('id')!r}: id must be `{name}-{q.get('category')}`")
+            parsed = B._parse_question(q, files[name].name, (name,), examples, errors, topic=False)
+            if parsed is not None:
+                qs.append(B._in_lang(parsed, lang))
+        out[name] = sorted(qs, key=lambda q: B.CATEGORIES.index(q.category))
+    if errors:
+        raise B.BankError(errors)
+    return out

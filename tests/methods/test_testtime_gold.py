@@ -1,0 +1,118 @@
+"""Gold answers reach only the evaluator, never the update, for every test-time method.
+
+Each method trains one step twice from the same seed: once with the task's true gold
+answers, once with every gold answer replaced by a wrong one. The replies are given
+numeric answers (the tiny random model writes no numbers), and for Probe-ERPO the probes
+answer correctly for one prompt and wrongly for the other, so every branch trains. The
+two updates must be bit-identical (and not trivially zero)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from policylab.trainer import Trainer
+
+from trainer_utils import tiny_config
+
+METHODS = ("ttpo", "probe_erpo", "tasco")
+_Q = re.compile(r"What is (\d+) ([+\-×*]) (\d+)\?")
+
+
+def _solve(text: str) -> int:
+    a, op, b = _Q.findall(text)[-1]
+    a, b = int(a), int(b)
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _patch(tr: Trainer, wrong_gold: bool) -> None:
+    tok = tr.tokenizer
+    if wrong_gold:
+        stream = tr.task.next_train
+        tr.task.next_train = lambda n: [dataclasses.replace(e, answer="-987") for e in stream(n)]
+
+    def decode(batch):
+        # each group: three replies with the true result, one with result + 1 (a dissent)
+        out = []
+        for i in range(batch.size):
+            prompt = tok.decode(batch.tokens[i, :batch.prompt_width][batch.attention_mask[i, :batch.prompt_width]])
+            y = _solve(prompt)
+            out.append(str(y + 1) if i % 4 == 3 else str(y))
+        return out
+
+    def greedy(prompts, max_new_tokens):
+        # probes: the first prompt's two probes answer right, the second prompt's wrong
+        return [tok(str(_solve(tok.decode(p)) + (0 if j < 2 else 5)), add_special_tokens=False)["input_ids"]
+                for j, p in enumerate(prompts)]
+
+    tr.rollout.decode = decode
+    tr.rollout.greedy = greedy
+
+
+def _step(name, tiny_model_dir, run_dir: Path, wrong_gold: bool):
+    cfg = tiny_config(tiny_model_dir, run_dir, method=name, method_params={}, task={"reward": "exact_numeric"},
+                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4})
+    tr = Trainer(cfg)
+    _patch(tr, wrong_gold)
+    start = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+    m = tr.train_step()
+    return tr, start, m
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_wrong_gold_answers_leave_the_update_bit_identical(name, tiny_model_dir, tmp_path):
+    a, start, ma = _step(name, tiny_model_dir, tmp_path / "true", wrong_gold=False)
+    b, _, mb = _step(name, tiny_model_dir, tmp_path / "wrong", wrong_gold=True)
+    assert a.policy_version == b.policy_version == 1
+    wa, wb = a.model.state_dict(), b.model.state_dict()
+    assert any(not torch.equal(wa[k], start[k]) for k in wa), "the update moved nothing"
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    for key in ("reward/mean", "loss/policy", "grad_norm"):
+        assert ma[key] == mb[key], key
+    if name == "ttpo":
+        assert ma["ttpo/dissent_rows"] == 2.0 and ma["ttpo/rl_tokens"] > 0 and ma["loss/self_distill"] != 0.0
+    if name == "probe_erpo":
+        assert ma["adv/reinforced"] == 1.0 and ma["adv/suppressed"] == 2.0 and ma["adv/low_groups"] == 1.0
+
+
+def test_no_test_time_stage_reads_gold():
+    # the stage module never calls the verifier, the reward protocol or an example's answer
+    src = (Path(__file__).resolve().parents[2] / "src" / "policylab" / "methods" / "stages" / "testtime.py").read_text()
+    code = re.sub(r'"""(.|\n)*?"""', "", src)
+    for needle in ("task_reward", "ctx.score", ".answer"):
+        assert needle not in code, needle
+
+
+@pytest.mark.parametrize("name", ["ttpo", "probe_erpo"])
+def test_update_with_real_majorities_does_not_depend_on_the_micro_batch_size(name, tiny_model_dir, tmp_path):
+    # the generic invariance test sees no parseable answer from the random model (every TTPO
+    # group is ineligible); here the replies carry majorities and dissents, so both terms train
+    import math
+
+    from test_same_update import _directions, _record_grads
+
+    cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params={}, task={"reward": "exact_numeric"},
+                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5},
+                      train={"dtype": "fp64", "grad_clip": 0.0})
+    tr = Trainer(cfg)
+    _patch(tr, wrong_gold=False)
+    batch, _ = tr.collect()
+    batch, A, _ = tr.round_inputs(tr.prepare(batch))
+    start = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+    dirs = _directions(tr.model)
+    grads: list = []
+    _record_grads(tr.optimizer, tr.model, dirs, grads)
+    for mbs in (1, batch.size):
+        tr.model.load_state_dict(start)
+        tr.worker.micro_batch_size = mbs
+        tr.worker.optimizer_step(tr.method, batch, A.adv, old_from_same_forward=not tr.needs_old_pass())
+    one, whole = grads
+    assert whole["norm"] > 0
+    assert math.isclose(one["norm"], whole["norm"], rel_tol=1e-9)
+    for x, y in zip(one["proj"], whole["proj"]):
+        assert math.isclose(x, y, rel_tol=1e-8, abs_tol=1e-12 * whole["norm"])
