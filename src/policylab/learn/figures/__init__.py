@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from ... import methods
+from ..bank import _load_yaml
 from ...errors import PolicylabError
 from ...methods.spec import Method, RunShape
 
@@ -288,16 +287,6 @@ def _panel_refs(raw, where: str, errors: list) -> tuple | None:
     return tuple(refs)
 
 
-def _load(path: Path, errors: list):
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        errors.append(f"{path.name}: not valid YAML: {exc}")
-        return None
-    if not isinstance(data, dict):
-        errors.append(f"{path.name}: the top level must be a mapping")
-        return None
-    return data
 
 
 def _where(defs_dir: Path, name: str) -> str:
@@ -316,7 +305,7 @@ def _family_views(method: Method, files: dict) -> list[str]:
     for other in methods.names():
         if other == method.name or other not in files or methods.get(other).card.family != method.card.family:
             continue
-        data = _load(files[other], [])
+        data = _load_yaml(files[other], [])
         for p in (data or {}).get("panels") or []:
             v = p.get("view") if isinstance(p, dict) else p
             if isinstance(v, str) and v in VIEWS and v not in out:
@@ -366,7 +355,7 @@ def definitions(names: list[str] | None = None, *, defs_dir: Path | str | None =
             if complete:
                 errors.append(missing_message(name, defs_dir, files))
             continue
-        data = _load(files[name], errors)
+        data = _load_yaml(files[name], errors)
         if data is None:
             continue
         where = f"{files[name].name} (method {name})"
@@ -395,7 +384,7 @@ def overlay_defs(path: Path | str | None = None) -> list[OverlayDef]:
     errors: list[str] = []
     if not path.exists():
         return []
-    data = _load(path, errors) or {}
+    data = _load_yaml(path, errors) or {}
     out, seen = [], set()
     for i, raw in enumerate(data.get("overlays") or []):
         where = f"{path.name}: overlay {i}"
