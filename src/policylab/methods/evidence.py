@@ -30,7 +30,7 @@ _TASKS_12A = {"tlm_dre": " on the two-turn arithmetic dialogue (no dialogue full
               "stare": " (the results file does not record whether the entropy gate opened: below the 0.3-nat "
                        "target it reweights, above it the steps are GRPO's)"}
 # the methods of this group whose run is recorded in methods_real_12a (the others keep their kernel status)
-_RUN_12A = ("conspo", "erpo", "rlid", "stare", "tlm_dre")
+_RUN_12A = ("conspo", "erpo", "rlid", "stare", "tlm_dre", "zcpo")
 _REAL14 = ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct ({opt} optimizer steps), finite metrics "
            "(benchmarks/results/methods_real_14.md){extra}; no learning claim")
 _SELF = (", the {role} model a frozen copy of the initial policy (no second model of another size or tokenizer on "
@@ -56,8 +56,32 @@ EVIDENCE = {
     "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task, finite metrics "
              "(benchmarks/results/methods_real_13a.md): no reply stated a confidence in 16 new tokens "
              "(calibration/missing_frac 1.0), so every reward came from the penalty path; no learning claim"),
-    **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl")},
-    **{name: _TINY_ONLY for name in ("gcpo", "iso")},
+    **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl", "iso")},
+    "gcpo": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct with LoRA rank 8 (2 optimizer steps: the "
+             "first batch had reward 0 everywhere), finite metrics (benchmarks/results/methods_real_12b.md); no "
+             "learning claim"),
+    "reco": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct with 2 minibatches each (6 optimizer steps: "
+             "the variance ratio sees a moved policy), finite metrics (benchmarks/results/methods_real_12a.md); no "
+             "learning claim"),
+    "grin": _REAL14.format(opt=3, extra=", gold injected into all-fail groups (the gold rows' accuracy is 1 by "
+                           "construction; the reward column counts them)"),
+    "moer": _REAL14.format(opt=3, extra=", guided and expert rows in every step (their accuracy is 1 by "
+                           "construction; the reward column counts them)"),
+    "graft": _REAL14.format(opt=3, extra=_SELF.format(role="peer") + "; no group was borrowed in the 3 steps "
+                            "(every row native): the import path has run only in the test suite"),
+    "mad_rl": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct on the distribution task, 0 optimizer "
+               "steps: every reply was invalid (distribution/invalid_frac 1.0), so every group's reward was equal "
+               "and no advantage was non-zero (benchmarks/results/methods_real_13a.md); the update path has run "
+               "only on the tiny model"),
+    "code_opt": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct on the sandboxed code task (2 prompts x 8, "
+                 "64 new tokens): 1 optimizer step (1 of 8 programs correct in step 1, none in steps 2-3, so equal "
+                 "rewards), the speed term never non-zero (benchmarks/results/methods_real_13a.md); no learning claim"),
+    "rlcpr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct, finite metrics, the posterior gate "
+              "closed on 1 group in 12 (benchmarks/results/methods_real_13a.md); no learning claim"),
+    "rfpo": ("kernel verified; a critic trained on 48 of the base model's own labelled rollouts, then 3 real "
+             "optimizer steps on SmolLM2-135M-Instruct, finite metrics (benchmarks/results/methods_real_13a.md). "
+             "That critic's calibration Brier (0.38) is worse than the base rate's (0.16): its rewards carry "
+             "little signal at this size; no learning claim"),
     # test-time adaptation (unlabeled prompts; the reward is the model's own agreement, not gold)
     "ttpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, self-vote on unlabeled prompts: 3 "
              "optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no learning claim"),
