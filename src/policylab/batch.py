@@ -25,7 +25,9 @@ Provenance (docs/conventions.md rule 9). Every sequence carries
     source          what kind of producer wrote it: native (the learner's own rollout engine
                     on the deployment prompt), demonstration, gold, guided (an expert prefix
                     continued by the learner), expert, peer:<model>, external, hinted (the
-                    learner conditioned on a privileged hint)
+                    learner conditioned on a privileged hint), perturbed (a copy of a learner
+                    reply re-scored under a perturbed context, e.g. TASCO's prefix copies: the
+                    tokens and their behavior log-probs are the clean reply's)
     producer        the identity of what produced it: "policy" (the learner's weights at
                     `policy_version`), "solver:<task>" (a task's own solver), a peer or
                     external model's identity, "policy+solver:<task>" for guided rows
@@ -52,7 +54,7 @@ import torch
 from ._checks import check_finite, check_mask, group_index
 from .errors import MissingQuantityError, PolicylabError, ShapeError
 
-SOURCE_KINDS = ("native", "demonstration", "gold", "guided", "expert", "peer", "external", "hinted")
+SOURCE_KINDS = ("native", "demonstration", "gold", "guided", "expert", "peer", "external", "hinted", "perturbed")
 LEARNER = "policy"  # the producer id of the learner's own weights
 
 
@@ -72,8 +74,8 @@ def source_kind(label: str) -> str:
             raise ProvenanceError(f"source {label!r}: a peer source names its model, e.g. 'peer:checkpoint-7'")
         return "peer"
     if sep or kind not in SOURCE_KINDS:
-        raise ProvenanceError(f"unknown source {label!r}; sources are {', '.join(SOURCE_KINDS[:5])}, peer:<model>, "
-                              "external, hinted")
+        kinds = ", ".join("peer:<model>" if k == "peer" else k for k in SOURCE_KINDS)
+        raise ProvenanceError(f"unknown source {label!r}; sources are {kinds}")
     return kind
 
 

@@ -83,6 +83,7 @@ def test_no_behavior_argument_and_provenance_untouched():
         tokens=torch.ones(B, 1 + T, dtype=torch.long), attention_mask=torch.ones(B, 1 + T, dtype=torch.bool),
         loss_mask=torch.ones(B, T, dtype=torch.bool), prompt_width=1, group=torch.tensor([0, 0]),
         policy_version=torch.tensor([3, 5]), batch_id="buf-1", source=("native", "external"),
+        producer=("policy", "external-model"),
         logp_ref=torch.full((B, T), -1.0), rewards=torch.tensor([1.0, 0.0]),
     ).validate()
     lp = torch.full((B, T), -1.2, requires_grad=True)
@@ -90,7 +91,8 @@ def test_no_behavior_argument_and_provenance_untouched():
     refreshed = batch.logp_ref - 0.5  # a refreshed reference changes kappa ...
     ggpo(lp, refreshed, batch.rewards, batch.group, batch.loss_mask, beta=1.0, coef_clip=1.0)
     # ... but never the stored provenance
-    assert batch.source == ("native", "external") and batch.policy_version.tolist() == [3, 5]
+    assert batch.source == ("native", "external") and batch.producer == ("policy", "external-model")
+    assert batch.policy_version.tolist() == [3, 5]
 
 
 def test_refusals():

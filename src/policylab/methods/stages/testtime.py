@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ... import rewards as rw
-from ...batch import concat_batches
+from ...batch import LEARNER, concat_batches
 from ...errors import PolicylabError
 from ...rewards.verifiers import extract_last_number
 from ...testtime import probe as PR
@@ -261,7 +261,7 @@ def tasco_source(n_prompts: int, ctx: StageContext) -> Sampled:
         tokens = batch.tokens.clone()
         head = tokens[:, :P]
         tokens[:, :P] = torch.where(head >= st.vocab, head + k * st.m, head)
-        parts.append(batch.replace(tokens=tokens, source=("perturbed",) * B,
+        parts.append(batch.replace(tokens=tokens, source=("perturbed",) * B, producer=(LEARNER,) * B,
                                    extras={**batch.extras, "tasco_copy": torch.full((B,), k, dtype=torch.long),
                                            "tasco_pair": pair}))
     full = concat_batches(parts, batch.batch_id).validate()
