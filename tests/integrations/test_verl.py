@@ -34,6 +34,7 @@ from policylab.integrations import hosting  # noqa: E402
 from policylab.integrations import verl as PV  # noqa: E402
 from policylab.methods import get  # noqa: E402
 from policylab.methods.loss import policy_loss, tensor_inputs  # noqa: E402
+from policylab.methods.spec import RunShape  # noqa: E402
 
 HOSTABLE = hosting.hostable(PV.ENGINE)
 TIGHT = dict(rtol=1e-12, atol=1e-12)
@@ -79,7 +80,8 @@ def _params(name, T):
 def _reference(name, b, params):
     """policylab's own loss on the same tensors: the method with verl's forced parameters
     (KL and entropy are verl's terms), normalizer over the whole batch."""
-    m = get(name).with_params({**params, "kl_coef": 0.0, "entropy_coef": 0.0})
+    # the run shape of _actor's config (rollout_n=4): run-derived parameters resolve from it
+    m = get(name).with_params({**params, "kl_coef": 0.0, "entropy_coef": 0.0}, RunShape(group_size=4))
     logp = b["logp"].clone().requires_grad_()
     # policylab's trainer hands outcome advantages per sequence [B]; verl broadcasts them to [B, T]
     mat, _ = policy_loss(m, tensor_inputs(logp, b["adv_seq"], b["mask"], logp_old=b["logp_old"],

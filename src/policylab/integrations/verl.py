@@ -187,7 +187,7 @@ def make_loss(name: str):
         pl = config.policy_loss
         method = resolve(name, _plain(getattr(pl, "method_params", None) if not isinstance(pl, dict)
                                       else pl.get("method_params")))
-        _check_run(method, config)
+        method = _with_run(method, config, name)
         mask = response_mask.bool()
         needs_behavior = any("logp_behavior" in s.reads for s in method.active("correction"))
         behavior = _behavior(old_log_prob, rollout_is_weights, mask, name) if needs_behavior else None
@@ -220,6 +220,23 @@ def make_loss(name: str):
     policylab_loss.__qualname__ = policylab_loss.__name__
     policylab_loss.__policylab__ = name
     return policylab_loss
+
+
+def _with_run(method, config, name: str):
+    """`method` with its run-derived parameters (a None default with a resolve rule, e.g.
+    ReCo's group size) taken from the actor config's rollout_n and ppo_epochs, then the
+    method's run checks; refused, naming the parameter, when the config does not carry
+    rollout_n and the method needs it."""
+    unresolved = [q.name for q in method.params if q.resolve is not None and method.p[q.name] is None]
+    if not unresolved:
+        _check_run(method, config)
+        return method
+    n = config.get("rollout_n", None) if hasattr(config, "get") else None
+    if not isinstance(n, int):
+        raise PolicylabError(f"policylab loss `{loss_name(name)}`: {', '.join(unresolved)} take their value from the "
+                             "rollout group size, which this actor config does not carry (rollout_n): set "
+                             f"+actor_rollout_ref.actor.policy_loss.method_params.{unresolved[0]}=<n>")
+    return method.with_params({}, RunShape(epochs=int(config.get("ppo_epochs", 1) or 1), group_size=n))
 
 
 def _check_run(method, config) -> None:
