@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from ..errors import PolicylabError
 from ..methods import REGISTRY, Method, get
-from ..methods.spec import Stage
+from ..methods.spec import RunShape, Stage
 from ..methods.stages import rewards as reward_stages
 from ..methods.stages import sources
 
@@ -175,6 +175,14 @@ def advantage_stages(engine: Engine) -> dict[str, tuple[Stage, Method]]:
         if s.name not in out or name == s.name:
             out[s.name] = (s, m)
     return out
+
+
+def with_run(method: Method, run: RunShape) -> Method:
+    """`method` with every value it has now kept and its run-derived parameters (None
+    defaults with a resolve rule, e.g. ReCo's group size) taken from `run`; then the
+    method's run checks."""
+    kept = {q.name: method.p[q.name] for q in method.params if method.p[q.name] is not None}
+    return method.with_params(kept, run)
 
 
 def stage_params(stage: Stage, method: Method, given: Mapping[str, Any] | None, where: str) -> Method:

@@ -70,7 +70,8 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         _check_args(m, cfg, kwargs.get("rollout_func"))
         if "L_norm" in m.p and m.p["L_norm"] is None:  # Dr. GRPO's documented default: the generation budget
             m = m.with_params({**(method_params or {}), "L_norm": float(cfg.max_completion_length)})
-        m.check_run(RunShape(group_size=cfg.num_generations, epochs=cfg.num_iterations))
+        # run-derived parameters (e.g. ReCo's group size) resolve from the trainer's shape; then the run checks
+        m = hosting.with_run(m, RunShape(group_size=cfg.num_generations, epochs=cfg.num_iterations))
         kl = [s for s in m.active("addend") if "logp_ref" in s.reads]
         cfg.beta = float(m.p["kl_coef"]) if kl else 0.0  # TRL computes ref log-probs iff beta != 0
         self.policylab_method = m

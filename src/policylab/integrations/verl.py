@@ -236,7 +236,7 @@ def _with_run(method, config, name: str):
         raise PolicylabError(f"policylab loss `{loss_name(name)}`: {', '.join(unresolved)} take their value from the "
                              "rollout group size, which this actor config does not carry (rollout_n): set "
                              f"+actor_rollout_ref.actor.policy_loss.method_params.{unresolved[0]}=<n>")
-    return method.with_params({}, RunShape(epochs=int(config.get("ppo_epochs", 1) or 1), group_size=n))
+    return hosting.with_run(method, RunShape(epochs=int(config.get("ppo_epochs", 1) or 1), group_size=n))
 
 
 def _check_run(method, config) -> None:
