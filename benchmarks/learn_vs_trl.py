@@ -358,18 +358,10 @@ def main(argv=None) -> dict:
         return res
     import importlib.util
 
-    passthrough, skip = [], False
-    for x in argv:
-        if skip:
-            skip = False
-        elif x in ("--out", "--sides"):
-            skip = True
-        elif not x.startswith(("--out=", "--sides=")):
-            passthrough.append(x)
-    sides = [s for s in a.sides.split(",") if s]
-    bad = [s for s in sides if s not in SIDES]
-    if bad:
-        raise SystemExit(f"unknown side(s) {bad}; choose from {SIDES}")
+    sys.path.insert(0, str(HERE.parent))
+    from vs_trl import worker_args
+
+    passthrough, sides = worker_args(argv, a.sides, SIDES)
     have_trl = importlib.util.find_spec("trl") is not None
     if "trl" in sides and not have_trl:
         print("trl is not installed: skipping the TRL side (make learn-vs-trl installs trl==1.16.0)", flush=True)

@@ -335,6 +335,24 @@ def parse(argv=None):
     return ap.parse_args(argv)
 
 
+def worker_args(argv: list[str], sides_arg: str, choices: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the arguments every side's worker gets: all but --out / --sides and their values,
+    the sides asked for); an unknown side is refused naming the choices."""
+    passthrough, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in ("--out", "--sides"):
+            skip = True
+        elif not x.startswith(("--out=", "--sides=")):
+            passthrough.append(x)
+    sides = [s for s in sides_arg.split(",") if s]
+    bad = [s for s in sides if s not in choices]
+    if bad:
+        raise SystemExit(f"unknown side(s) {bad}; choose from {choices}")
+    return passthrough, sides
+
+
 def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse(argv)
@@ -348,19 +366,7 @@ def main(argv=None) -> dict:
     import torch
     import transformers
 
-    # the workers get every argument except --out / --sides (and their values)
-    passthrough, skip = [], False
-    for x in argv:
-        if skip:
-            skip = False
-        elif x in ("--out", "--sides"):
-            skip = True
-        elif not x.startswith(("--out=", "--sides=")):
-            passthrough.append(x)
-    sides = [s for s in a.sides.split(",") if s]
-    bad = [s for s in sides if s not in SIDES]
-    if bad:
-        raise SystemExit(f"unknown side(s) {bad}; choose from {SIDES}")
+    passthrough, sides = worker_args(argv, a.sides, SIDES)
     have_trl = importlib.util.find_spec("trl") is not None
     if any(s.startswith("trl") for s in sides) and not have_trl:
         print("trl is not installed: skipping the TRL sides (make bench installs trl==1.16.0)", flush=True)
