@@ -48,6 +48,7 @@ class TaskConfig:
     reward: str = "auto"  # the verifier (outcome = correctness): auto (the task's own: exact_numeric; reasoning_gym: dataset; gsm: math_verify; menu_arithmetic: menu_label; confidence: confidence_answer; distribution: valid_outcome; code: code_tests) | exact_numeric | math_verify | menu_label | confidence_answer | valid_outcome | code_tests | dataset (reasoning-gym's score_answer) | module:function
     extra_rewards: tuple[str, ...] = ()  # shaping terms "module:function=weight", added to the verifier's reward (weight 1)
     system_prompt: str = ""  # prepended as a system message when non-empty
+    class_mapper: str = "exact"  # distribution: how a reply maps to an outcome: exact (the whole reply is one outcome name) | single_mention (exactly one distinct outcome named as a word)
     sandbox_cpu_seconds: float = 2.0  # code: CPU time of one candidate's process (policylab.sandbox)
     sandbox_memory_mb: int = 512  # code: address-space limit of one candidate's process
     sandbox_wall_seconds: float = 10.0  # code: wall-clock limit of one candidate's process
@@ -286,6 +287,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
         (isinstance(cfg.task.dataset_config, dict), "task.dataset_config must be a mapping of the dataset's config keys"),
         (0 < cfg.task.heldout_fraction < 1, "task.heldout_fraction must be in (0, 1)"),
+        (cfg.task.class_mapper in ("exact", "single_mention"),
+         f"task.class_mapper {cfg.task.class_mapper!r} is not one of exact, single_mention"),
         (t.budget_seconds >= 0 and t.budget_tokens >= 0, "train.budget_seconds and train.budget_tokens must be >= 0"),
         (not (t.budget_seconds and t.budget_tokens), "give train.budget_seconds or train.budget_tokens, not both"),
         (cfg.task.sandbox_cpu_seconds > 0 and cfg.task.sandbox_wall_seconds > 0 and cfg.task.sandbox_memory_mb >= 64,

@@ -3,6 +3,8 @@ verifier. Built from `TaskConfig`; the task modules themselves stay free of trai
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -149,9 +151,13 @@ def _more_tasks(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
     else:
         from .tasks.distribution import DistributionTask
 
-        t = DistributionTask(seed=seed)
+        t = DistributionTask(seed=seed, mapper=cfg.class_mapper)
         reward = _reward_fn(reward_name)
-        desc = f"draws from stated distributions: {len(t.train)} train / {t.heldout_size()} held-out prompts"
+        if reward_name == "valid_outcome":
+            reward = functools.partial(reward, mapper=cfg.class_mapper)
+            reward.__name__ = "valid_outcome"
+        desc = (f"draws from stated distributions: {len(t.train)} train / {t.heldout_size()} held-out prompts "
+                f"(class mapper {cfg.class_mapper})")
     return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
                       t.load_state_dict, desc)
 

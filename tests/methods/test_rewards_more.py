@@ -134,6 +134,21 @@ def test_mad_rl_stage_maps_classes_and_keeps_invalid_replies(tiny_model_dir, tmp
     assert info["distribution/invalid_frac"] == 0.25
 
 
+def test_mad_rl_stage_reads_the_task_mapper(tiny_model_dir, tmp_path):
+    # task.class_mapper=single_mention: chatty replies naming one outcome are classes, not invalid
+    tr = _trainer(tiny_model_dir, tmp_path, "mad_rl", rollout={"group_size": 4}, task={"class_mapper": "single_mention"})
+    s, ctx = _sampled(tr, 1)
+    classes = s.examples[0].meta["classes"]
+    assert s.examples[0].meta["mapper"] == "single_mention"
+    s.texts = [f"The result is {classes[0]}.", classes[1], f"{classes[0]} or {classes[1]}", "no idea"]
+    s.batch = s.batch.replace(outcome={"correct": torch.tensor([1.0, 1.0, 0.0, 0.0])})
+    st = _stage(tr, rm.mad_match)
+    changes, info = st.fn(s, ctx.for_stage(tr.method, st))
+    K = len(classes) + 1
+    assert changes["extras"]["class_id"].tolist() == [0, 1, K - 1, K - 1]
+    assert info["distribution/invalid_frac"] == 0.5
+
+
 # ----------------------------------------------------------------------------- code_opt
 @pytest.mark.skipif(not (sb.probe()["network"] and sb.probe()["filesystem"]), reason="no sandbox here")
 def test_code_opt_stage_gates_on_the_tests(tiny_model_dir, tmp_path):

@@ -111,3 +111,37 @@ def test_bad_input_is_refused():
 def test_class_mapper(reply, cls):
     assert dist.map_class(reply, ["heads", "tails"]) == cls
     assert dist.valid_outcome_reward([reply], ["heads|tails"]) == [float(cls < 2)]
+
+
+@pytest.mark.parametrize("reply,cls", [("The coin lands heads.", 0), ("Heads", 0), ("tails, tails!", 1),
+                                       ("heads or tails", 2), ("I got HEADS", 0), ("no idea", 2), ("", 2),
+                                       ("headset", 2)])
+def test_single_mention_mapper(reply, cls):
+    # exactly one distinct class named as a whole word; "headset" is not the word "heads"
+    assert dist.map_class(reply, ["heads", "tails"], "single_mention") == cls
+    assert dist.valid_outcome_reward([reply], ["heads|tails"], mapper="single_mention") == [float(cls < 2)]
+
+
+def test_single_mention_mapper_on_dice_and_bad_input():
+    faces = [str(k) for k in range(1, 5)]
+    assert dist.map_class("I rolled a 3.", faces, "single_mention") == 2
+    # the prompt's own number restated next to the draw: two classes named -> invalid (documented)
+    assert dist.map_class("A 4-sided die shows 3", faces, "single_mention") == 4
+    assert dist.map_class("I rolled a 3.", faces, "exact") == 4
+    with pytest.raises(ValueError, match="mapper"):
+        dist.map_class("heads", ["heads", "tails"], "first_word")
+    with pytest.raises(ValueError, match="one-word class names"):
+        dist.map_class("light blue", ["light blue", "red"], "single_mention")
+
+
+def test_distribution_task_carries_its_mapper_to_the_reward_and_mad_rl():
+    from policylab.config import TaskConfig
+    from policylab.taskrun import build_task
+
+    src = build_task(TaskConfig(name="distribution", class_mapper="single_mention"), seed=0)
+    ex = src.next_train(1)[0]
+    assert ex.meta["mapper"] == "single_mention"
+    classes = ex.meta["classes"]
+    assert src.reward_fn([f"It is {classes[0]}.", "none of them"], [ex.answer] * 2) == [1.0, 0.0]
+    strict = build_task(TaskConfig(name="distribution"), seed=0)
+    assert strict.reward_fn([f"It is {classes[0]}."], [ex.answer]) == [0.0]

@@ -99,24 +99,41 @@ def mad_rl_rewards(correct: torch.Tensor, class_ids: torch.Tensor, group: torch.
 
 
 _STRIP = re.compile(r"^[\s\"'`*_.,!:;()\[\]]+|[\s\"'`*_.,!:;()\[\]]+$")
+_WORD = re.compile(r"[a-z0-9]+")
+MAPPERS = ("exact", "single_mention")
 
 
-def map_class(reply: str, classes: list[str]) -> int:
-    """The deterministic class mapper: the reply, lower-cased and stripped of surrounding
-    whitespace, quotes, markup and punctuation, must equal one class name (lower-cased);
-    anything else is `invalid` = len(classes)."""
-    text = _STRIP.sub("", reply.strip().lower())
+def map_class(reply: str, classes: list[str], mapper: str = "exact") -> int:
+    """The deterministic class mapper; anything it cannot map is `invalid` = len(classes).
+
+    exact           the reply, lower-cased and stripped of surrounding whitespace, quotes,
+                    markup and punctuation, must equal one class name ("Heads." -> heads;
+                    "I got heads" -> invalid)
+    single_mention  the reply's words (lower-cased runs of letters and digits) must name
+                    exactly one distinct class, any number of times ("The coin lands heads."
+                    -> heads; "heads or tails" -> invalid; "tails, tails" -> tails). For
+                    chatty models; a reply that restates the prompt's numbers can name a
+                    class it did not choose (a die reply "a 4-sided die shows 3": 4 and 3,
+                    invalid)."""
+    if mapper not in MAPPERS:
+        raise ValueError(f"`mapper` must be one of {MAPPERS}, got {mapper!r}")
     names = [c.lower() for c in classes]
-    return names.index(text) if text in names else len(classes)
+    if mapper == "exact":
+        text = _STRIP.sub("", reply.strip().lower())
+        return names.index(text) if text in names else len(classes)
+    if not all(_WORD.fullmatch(n) for n in names):
+        raise ValueError(f"mapper 'single_mention' needs one-word class names (letters and digits), got {classes}")
+    named = {w for w in _WORD.findall(reply.lower()) if w in names}
+    return names.index(named.pop()) if len(named) == 1 else len(classes)
 
 
-def valid_outcome_reward(completions, answers, **context) -> list[float]:
+def valid_outcome_reward(completions, answers, *, mapper: str = "exact", **context) -> list[float]:
     """Verifier of the distribution task: 1.0 if the reply names exactly one of the
-    allowed outcomes (`answers` hold them as "a|b|c"), else 0.0."""
+    allowed outcomes (`answers` hold them as "a|b|c") under `mapper` (`map_class`), else 0.0."""
     out = []
     for reply, allowed in zip(completions, answers):
         classes = allowed.split("|")
-        out.append(float(map_class(reply, classes) < len(classes)))
+        out.append(float(map_class(reply, classes, mapper) < len(classes)))
     return out
 
 

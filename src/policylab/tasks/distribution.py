@@ -8,10 +8,11 @@ Prompt families (each prompt states its distribution; the reply must name one ou
              with only its colour: red, blue or green."        classes red, blue, green
     die     "Roll a fair 4-sided die and reply with only the number it shows."  1 .. n
 
-Each example's `meta` holds `classes` (the named outcomes) and `target` (p* over the
-classes plus a last entry 0.0 for the explicit `invalid` class); `answer` holds the
-allowed outcomes as "heads|tails" for the verifier `rewards.distribution.valid_outcome_reward`
-(1.0 iff the reply names exactly one outcome). There is no single correct reply: the
+Each example's `meta` holds `classes` (the named outcomes), `target` (p* over the
+classes plus a last entry 0.0 for the explicit `invalid` class) and `mapper` (how a reply
+maps to a class, `rewards.distribution.map_class`: `exact` or `single_mention`); `answer`
+holds the allowed outcomes as "heads|tails" for the verifier
+`rewards.distribution.valid_outcome_reward` (1.0 iff the reply names exactly one outcome). There is no single correct reply: the
 task is calibration of the group's frequencies (`mad_rl`).
 
 Split: a prompt is held out iff blake2b("policylab-dist-split:{key}") / 2^64 < 0.3, a
@@ -25,6 +26,7 @@ import hashlib
 import random
 
 from ..errors import PolicylabError
+from ..rewards.distribution import MAPPERS
 from .example import Example
 
 
@@ -54,10 +56,12 @@ def _hash01(text: str) -> float:
 
 
 class DistributionTask:
-    def __init__(self, *, seed: int = 0, heldout_fraction: float = 0.3):
+    def __init__(self, *, seed: int = 0, heldout_fraction: float = 0.3, mapper: str = "exact"):
         if not 0.0 < heldout_fraction < 1.0:
             raise PolicylabError(f"`heldout_fraction` must be in (0, 1), got {heldout_fraction}")
-        self.seed, self.heldout_fraction = int(seed), float(heldout_fraction)
+        if mapper not in MAPPERS:
+            raise PolicylabError(f"`mapper` must be one of {MAPPERS}, got {mapper!r}")
+        self.seed, self.heldout_fraction, self.mapper = int(seed), float(heldout_fraction), mapper
         self.train = [p for p in PROBLEMS if not self.is_heldout(p[0])]
         self.held = [p for p in PROBLEMS if self.is_heldout(p[0])]
         self.position = 0
@@ -65,10 +69,9 @@ class DistributionTask:
     def is_heldout(self, key: str) -> bool:
         return _hash01(f"policylab-dist-split:{key}") < self.heldout_fraction
 
-    @staticmethod
-    def example(problem, split: str, **meta) -> Example:
+    def example(self, problem, split: str, **meta) -> Example:
         key, prompt, classes, target = problem
-        return Example(prompt, "|".join(classes), {"key": key, "classes": list(classes),
+        return Example(prompt, "|".join(classes), {"key": key, "classes": list(classes), "mapper": self.mapper,
                                                    "target": [*target, 0.0], "split": split, **meta})
 
     def train_prompts(self, n: int) -> list[Example]:

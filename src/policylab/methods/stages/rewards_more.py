@@ -81,7 +81,8 @@ def mad_match(s: Sampled, ctx: StageContext):
     for g in torch.unique(group):
         rows = (group == g).nonzero().squeeze(-1)
         classes, target = _classes(s.examples[int(rows[0])])
-        ids = torch.tensor([dist.map_class(s.texts[int(i)], classes) for i in rows], dtype=torch.long)
+        mapper = (getattr(s.examples[int(rows[0])], "meta", {}) or {}).get("mapper", "exact")
+        ids = torch.tensor([dist.map_class(s.texts[int(i)], classes, mapper) for i in rows], dtype=torch.long)
         tgt = torch.tensor([target] * len(rows), dtype=torch.float64)
         r, info = dist.mad_rl_rewards(correct[rows].double(), ids, torch.zeros(len(rows), dtype=torch.long), tgt,
                                       coef=p.match_coef, smoothing=p.target_smoothing, form=p.match_form)
