@@ -181,12 +181,13 @@ def worker_trl(a) -> dict:
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": e.prompt}], "key": e.prompt} for e in examples])
     seen: list[str] = []
     steps: list[dict] = []
+    G = a.group
 
     def reward(prompts, completions, key, **kwargs):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        for k in key:
-            if not seen or seen[-1] != k:
-                seen.append(k)
+        if len(key) % G:
+            raise RuntimeError(f"TRL scored {len(key)} completions, not whole groups of {G}")
+        seen.extend(key[::G])  # completions come in groups of G (one prompt each); a prompt drawn twice in a row counts twice
         r = [float(x) for x in reward_fn(texts, [by_prompt[k] for k in key])]
         steps.append({"reward": sum(r) / len(r)})
         return r
@@ -207,7 +208,7 @@ def worker_trl(a) -> dict:
                             a.worker)
             return control
 
-    G, B = a.group, a.prompts * a.group
+    B = a.prompts * a.group
     if B % a.micro_batch:
         raise SystemExit(f"--micro-batch {a.micro_batch} must divide {B}")
     cfg = GRPOConfig(
@@ -317,12 +318,16 @@ def to_markdown(report: dict) -> str:
     rt = report.get("ratio")
     if rt:
         lines += ["", f"TRL's final accuracy {100 * rt['trl_final_accuracy']:.1f}% (base "
-                      f"{100 * rt['trl_base_accuracy']:.1f}%); reached by TRL at {rt.get('t_trl')} s, by policylab at "
-                      f"{rt.get('t_policylab')} s. {rt['why']}", "",
+                      f"{100 * rt['trl_base_accuracy']:.1f}%); reached by TRL at {_secs(rt.get('t_trl'))}, by policylab at "
+                      f"{_secs(rt.get('t_policylab'))}. {rt['why']}", "",
                   f"**time_to_trl_accuracy_ratio = {rt['text']}** (t_trl / t_policylab: > 1 means policylab reaches "
                   "TRL's final accuracy sooner)"]
     lines += ["", "![accuracy against wall-clock](learn_vs_trl.png)"]
     return "\n".join(lines) + "\n"
+
+
+def _secs(t) -> str:
+    return "never" if t is None else f"{t:.1f} s"
 
 
 def parse(argv=None):
