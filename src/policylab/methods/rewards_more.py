@@ -23,6 +23,10 @@ from .stages import advantages as adv
 from .stages import losses, rewards
 from .stages import rewards_more as rm
 
+# the system prompt of rlcr's exercise run: the answer format shown once, with a made-up example
+RLCR_SYSTEM_PROMPT = ("You answer in exactly two lines. Line 1: the number. Line 2: 'Confidence: ' and the "
+                      "probability from 0 to 1 that the number is right. Example:\n12\nConfidence: 0.7")
+
 _ROLES = dict(
     samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
     learns="π_θ (the only differentiable policy)",
@@ -58,7 +62,10 @@ register(policy_gradient_method(
               "malformed, ambiguous or outside [0, 1]: R = c − penalty (1.0: the worst parsed confidence; "
               "never a clamp)", check=non_negative),),
     min_group_size=2,
-    exercise={"task": {"name": "confidence", "reward": "confidence_answer"}, "rollout": {"max_new_tokens": 16}},
+    # the two-line format shown in a system prompt, sampled at T = 0.3: at T = 1 the 135M model never wrote the
+    # field (16 of 16 replies without it, with or without the system prompt); at T = 0.3 most replies carry it
+    exercise={"task": {"name": "confidence", "reward": "confidence_answer", "system_prompt": RLCR_SYSTEM_PROMPT},
+              "rollout": {"max_new_tokens": 24, "temperature": 0.3}},
 ))
 
 register(policy_gradient_method(
@@ -85,7 +92,9 @@ register(policy_gradient_method(
         Param("match_form", str, "log_ratio", "log_ratio: log(p̃*(c_i)/f̂(c_i)) (a group sums to −G·KL(f̂‖p̃*)); "
               "gap: p̃*(c_i) − f̂(c_i)", choices=MATCH_FORMS)),
     min_group_size=2,
-    exercise={"task": {"name": "distribution", "reward": "valid_outcome"}},
+    # single_mention: the 135M model answers in sentences ("I'll draw a red marble."); with the exact mapper
+    # every reply of a real run was invalid, all rewards equal, nothing to learn from
+    exercise={"task": {"name": "distribution", "reward": "valid_outcome", "class_mapper": "single_mention"}},
 ))
 
 register(policy_gradient_method(
