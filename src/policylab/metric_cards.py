@@ -58,8 +58,13 @@ def metric_names() -> list[str]:
 
 
 _MEASURED = "benchmarks/results/eval_metrics_quickstart.md"
-_STATUS = ("kernel verified; `policylab eval --metrics` run end to end on SmolLM2-135M-Instruct, base vs a one-step "
-           "GRPO checkpoint on 12 held-out prompts x 2 samples: plumbing, no effect measured (" + _MEASURED + ")")
+_STATUS = ("kernel verified; `policylab eval --metrics` on SmolLM2-135M-Instruct, the 30-step GRPO quickstart "
+           "checkpoint against the base model, 99 held-out problems x 8 samples (" + _MEASURED + ")")
+_TAX_STATUS = _STATUS[:-1] + ": coverage rose at every K (pass@1 0.19 -> 0.92, pass@8 0.78 -> 0.99), tax -0.72 at "\
+    "K = 1 to -0.21 at K = 8, no problem lost)"
+_CALIB_STATUS = _STATUS[:-1] + ": measured, but on this task the first reply token is the restated first operand, "\
+    "not the answer, so the ECE/Brier describe that token (decision accuracy 9% base, 8% trained); no answer "\
+    "calibration measured yet)"
 
 register_metric(MetricCard(
     name="sharpening_tax", title="Sharpening Tax in Post-Training", arxiv="",
@@ -67,7 +72,7 @@ register_metric(MetricCard(
             "> 0 = coverage lost",
     inputs="per task and model: n samples and c correct, one K; identical task sets for both models",
     cli="sharpening_tax",
-    status=_STATUS,
+    status=_TAX_STATUS,
     not_established="why coverage changes; pass@1, entropy and coverage are different quantities; the "
                     "difficulty-conditioned temperature policy is offered as a function with a required h, not "
                     "measured",
@@ -86,7 +91,7 @@ register_metric(MetricCard(
             "ECE (10 equal-width bins) on a disjoint test split",
     inputs="decision-token logits over the choices, labels, split tags (val / test); fitting on a test row raises",
     cli="calibration",
-    status=_STATUS,
+    status=_CALIB_STATUS,
     not_established="post-hoc temperature is not calibration-aware RL (the paper's training method is not "
                     "implemented); the first digit's probability says nothing about the reasoning before it; the "
                     "arithmetic held-out split has 99 problems (~half per split): small-sample ECE",

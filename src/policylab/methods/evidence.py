@@ -53,9 +53,11 @@ EVIDENCE = {
                             "them: they are always correct)"),
     "erils": _REAL14.format(opt=2, extra=_SELF.format(role="external") + "; the third step's batch had reward 0 "
                             "everywhere, so no update"),
-    "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task, finite metrics "
-             "(benchmarks/results/methods_real_13a.md): no reply stated a confidence in 16 new tokens "
-             "(calibration/missing_frac 1.0), so every reward came from the penalty path; no learning claim"),
+    "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task with the "
+             "answer format in a system prompt, sampled at T = 0.3, 24 new tokens (benchmarks/results/"
+             "methods_real_13c.md): 3 of 16 replies stated a parseable confidence in step 2 (Brier 0.205, mean "
+             "confidence 0.73), the others went through the explicit missing/malformed penalty path; at T = 1 no "
+             "reply ever stated one (methods_real_13a.md); no learning claim"),
     **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl", "iso")},
     "gcpo": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct with LoRA rank 8 (2 optimizer steps: the "
              "first batch had reward 0 everywhere), finite metrics (benchmarks/results/methods_real_12b.md); no "
@@ -69,10 +71,11 @@ EVIDENCE = {
                            "construction; the reward column counts them)"),
     "graft": _REAL14.format(opt=3, extra=_SELF.format(role="peer") + "; no group was borrowed in the 3 steps "
                             "(every row native): the import path has run only in the test suite"),
-    "mad_rl": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct on the distribution task, 0 optimizer "
-               "steps: every reply was invalid (distribution/invalid_frac 1.0), so every group's reward was equal "
-               "and no advantage was non-zero (benchmarks/results/methods_real_13a.md); the update path has run "
-               "only on the tiny model"),
+    "mad_rl": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the distribution task with "
+               "task.class_mapper=single_mention (benchmarks/results/methods_real_13c.md): 6-25% of replies named one "
+               "outcome, the invalid ones kept in f̂'s denominator (invalid_frac 0.75-0.94, TV to the target "
+               "0.80-0.93); with the exact mapper every reply was invalid and nothing updated (methods_real_13a.md); "
+               "no learning claim"),
     "code_opt": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct on the sandboxed code task (2 prompts x 8, "
                  "64 new tokens): 1 optimizer step (1 of 8 programs correct in step 1, none in steps 2-3, so equal "
                  "rewards), the speed term never non-zero (benchmarks/results/methods_real_13a.md); no learning claim"),
