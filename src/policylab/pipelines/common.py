@@ -27,7 +27,9 @@ def section(data: dict, name: str, defaults: dict, where: str) -> dict:
             hint = f" Did you mean: {', '.join(near)}?" if near else f" Valid keys: {', '.join(defaults)}."
             raise ConfigError(f"{where}: unknown key `{name}.{k}`.{hint}")
         d = defaults[k]
-        if isinstance(d, bool) != isinstance(v, bool) or (isinstance(d, (int, float)) and not isinstance(v, (int, float))):
+        if isinstance(d, bool) != isinstance(v, bool) or (isinstance(d, (int, float)) and not isinstance(v, (int, float))) \
+                or (isinstance(d, list) and not isinstance(v, list)) or (isinstance(d, str) and not isinstance(v, str)) \
+                or (isinstance(d, int) and not isinstance(d, bool) and isinstance(v, float)):
             raise ConfigError(f"{where}: `{name}.{k}` must be like {d!r}, got {v!r}")
         if isinstance(d, float) and isinstance(v, int):
             v = float(v)
@@ -35,9 +37,10 @@ def section(data: dict, name: str, defaults: dict, where: str) -> dict:
     return out
 
 
-def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections: dict) -> dict:
+def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections: dict, name: str = "") -> dict:
     """The pipeline config: top-level keys (`top` defaults) and sections (`sections`
-    defaults; a section default of None is a free-form mapping, e.g. a run config)."""
+    defaults; a section default of None is a free-form mapping, e.g. a run config). An
+    optional top-level `pipeline: NAME` must be `name`."""
     from ..config import parse_overrides, yaml_load
 
     p = Path(path)
@@ -56,7 +59,14 @@ def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections:
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {unknown}; a pipeline config has {', '.join(sorted(allowed))}")
-    out = {k: data.get(k, v) for k, v in top.items()}
+    if name and data.get("pipeline", name) != name:
+        raise ConfigError(f"{p} is a config of the {data['pipeline']!r} pipeline, not {name!r}")
+    out = {}
+    for k, v in top.items():
+        value = data.get(k, v)
+        if type(value) is not type(v) and not (isinstance(v, float) and isinstance(value, int)):
+            raise ConfigError(f"{p}: `{k}` must be like {v!r}, got {value!r}")
+        out[k] = value
     for name, defaults in sections.items():
         if defaults is None:
             raw = data.get(name, {}) or {}

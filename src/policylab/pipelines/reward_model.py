@@ -37,6 +37,10 @@ def pairwise_loss(scores: torch.Tensor, ranks: torch.Tensor) -> tuple[torch.Tens
     (loss, {"pair_accuracy", "pairs"}): accuracy counts s_w > s_l (ties 0.5)."""
     if scores.dim() != 2 or scores.shape != ranks.shape:
         raise ShapeError(f"scores and ranks must both be [P, K], got {tuple(scores.shape)} and {tuple(ranks.shape)}")
+    if scores.shape[1] < 2:
+        raise ShapeError(f"a prompt needs K >= 2 ranked replies to make a pair, got K = {scores.shape[1]}")
+    if not bool(torch.isfinite(scores).all()) or not bool(torch.isfinite(ranks).all()):
+        raise PolicylabError("scores and ranks must be finite")
     better = ranks.unsqueeze(2) > ranks.unsqueeze(1)  # [P, K, K]: i ≻ j
     n = better.sum((1, 2))
     if bool((n == 0).any()):
@@ -170,13 +174,15 @@ class RewardModelState:
             self.summary = {"untrained": True}
         else:
             self.model, rm_tok, self.summary = load_reward_model(self.spec, dtype=dtype)
-            if len(rm_tok) != len(tokenizer):
-                raise PolicylabError(f"the reward model {self.spec} has a vocabulary of {len(rm_tok)} tokens, the "
-                                     f"policy {len(tokenizer)}: it scores the policy's token ids, so they must agree")
+            if len(rm_tok) != len(tokenizer) or rm_tok.get_vocab() != tokenizer.get_vocab():
+                raise PolicylabError(f"the reward model {self.spec} has another vocabulary ({len(rm_tok)} tokens) than "
+                                     f"the policy ({len(tokenizer)}): it scores the policy's token ids, so they must "
+                                     "be the same")
         self.model.to(next(policy.parameters()).device).eval().requires_grad_(False)
         self.fingerprint = weights_fingerprint(self.model)
 
     def score(self, batch) -> torch.Tensor:
+        """[B] r_ψ of each row's prompt + response (no gradient, the model in eval mode)."""
         if self.model is None:
             raise PolicylabError("the reward model is not built (its method's model stage builds it)")
         return self.model.score(batch.tokens, batch.attention_mask)
