@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("pipeline", help="run a multi-stage pipeline (ppo_rlhf: SFT -> reward model -> PPO; fusion: "
                         "domain experts -> Merge / Mix RL / MOPD), one report")
     pl.add_argument("name", choices=PIPELINES)
-    pl.add_argument("config", help="the pipeline's YAML config (e.g. configs/ppo_rlhf_pipeline.yaml)")
+    pl.add_argument("config", help="the pipeline's YAML config (e.g. configs/pipelines/ppo_rlhf.yaml)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. sft.steps=5")
     pl.add_argument("--overwrite", action="store_true", help="replace a previous pipeline run in run_dir")
     pl.set_defaults(fn=_pipeline)

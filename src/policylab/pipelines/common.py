@@ -148,6 +148,18 @@ def write_report(run_dir: Path, report: dict, markdown: str) -> None:
     (run_dir / "report.md").write_text(markdown)
 
 
+def check_run_config(run_cfg: dict):
+    """A stage's run config validated as `policylab train` would, and its method's
+    parameters against the run's shape (before any stage of the pipeline runs)."""
+    from .. import methods
+    from ..config import config_from_dict
+    from ..trainer import run_shape
+
+    cfg = config_from_dict(run_cfg)
+    methods.get(cfg.method).with_params(cfg.method_params, run_shape(cfg))
+    return cfg
+
+
 def train_run(run_cfg: dict, *, quiet: bool = True) -> Path:
     """Train one policylab run from a config dict (the stage of a pipeline); returns its
     latest checkpoint directory."""

@@ -136,7 +136,7 @@ def sft(model, tokenizer, task: ArithmeticTask, *, steps: int, batch_size: int, 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     return {"losses": losses, "prompts": seen}
 
@@ -186,7 +186,7 @@ def train_reward_model(rm: RewardModel, tokenizer, task: ArithmeticTask, *, step
         loss.backward()
         torch.nn.utils.clip_grad_norm_(rm.parameters(), 1.0)
         opt.step()
-        log.append({"loss": float(loss), "pair_accuracy": m["pair_accuracy"]})
+        log.append({"loss": float(loss.detach()), "pair_accuracy": m["pair_accuracy"]})
     rm.eval()
     return {"log": log, "prompts": seen}
 
@@ -260,7 +260,6 @@ def ppo_run_config(cfg: dict, sft_dir: Path, rm_dir: Path, run_dir: Path) -> dic
 
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     """The whole pipeline (see the module docstring); returns the report."""
-    from ..config import config_from_dict
     from ..mixedpolicy.state import load_model
     from ..models import load_policy
     from .reward_model import load_reward_model
@@ -268,8 +267,9 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     t0 = time.perf_counter()
     run_dir = Path(cfg["run_dir"])
     seed = int(cfg["seed"])
-    # the PPO stage's config is checked before any stage runs (paths are placeholders here)
-    config_from_dict(ppo_run_config(cfg, run_dir / "sft", run_dir / "reward_model", run_dir))
+    # the PPO stage's config and method parameters are checked before any stage runs
+    # (the model and RM paths are placeholders here)
+    common.check_run_config(ppo_run_config(cfg, run_dir / "sft", run_dir / "reward_model", run_dir))
     prepare(run_dir, overwrite=overwrite)
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
