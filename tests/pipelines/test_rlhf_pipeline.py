@@ -109,6 +109,15 @@ def test_the_reward_model_is_frozen_in_the_ppo_run(tiny_model_dir, tmp_path):
         assert any(not torch.equal(v, policy_before[k]) for k, v in tr.model.state_dict().items())
 
 
+def test_a_ppo_run_without_a_reward_model_is_refused(tiny_model_dir, tmp_path):
+    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="ppo_rlhf", method_params={})
+    with pytest.raises(PolicylabError, match="needs a trained reward model"):
+        Trainer(cfg)
+    cfg = tiny_config(tiny_model_dir, tmp_path / "r2", method="ppo_rlhf", method_params={"reward_model": str(tmp_path)})
+    with pytest.raises(PolicylabError, match="not a reward model directory"):
+        Trainer(cfg)
+
+
 def _rm_dir(tokenizer, path: Path) -> Path:
     rm = RewardModel(models.tiny_llama(tokenizer, seed=4), seed=2)
     return rm.save(path, tokenizer, {"steps": 0})
