@@ -140,6 +140,15 @@ def save_model_dir(model, tokenizer, path: Path) -> Path:
     return path
 
 
+def write_progress(run_dir: Path, report: dict) -> None:
+    """The report so far (each finished stage's summary) in run_dir/progress.json, written
+    after every stage: a pipeline stopped part way keeps the numbers of what it finished."""
+    run_dir = Path(run_dir)
+    tmp = run_dir / ".progress.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, default=str))
+    tmp.replace(run_dir / "progress.json")
+
+
 def write_report(run_dir: Path, report: dict, markdown: str) -> None:
     run_dir = Path(run_dir)
     tmp = run_dir / ".report.json.tmp"

@@ -233,6 +233,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
         experts[d] = common.train_run(planned[f"expert_{d}"])
         report["stages"][f"expert_{d}"] = {"checkpoint": str(experts[d]), "method": planned[f"expert_{d}"]["method"],
                                            "seconds": time.perf_counter() - t1}
+        common.write_progress(run_dir, report)
     final = run_configs(cfg, run_dir, {d: str(p) for d, p in experts.items()})
     models = {}
     if "merge" in routes:
@@ -257,6 +258,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
         if route == "mopd":
             report["stages"][route]["teachers"] = final[route]["method_params"]["teachers"]
             report["stages"][route]["per_domain_log"] = _per_domain_log(run_dir / "mopd")
+        common.write_progress(run_dir, report)
     say("[bold]fusion[/] per-domain evaluation")
     e = cfg["eval"]
     kw = dict(prompts=int(e["prompts"]), samples=int(e["samples"]), max_new_tokens=int(e["max_new_tokens"]),

@@ -289,6 +289,8 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     report["stages"]["sft"] = {"dir": str(sft_dir), "steps": s["steps"], "demonstrations": len(out["prompts"]),
                                "loss_first": losses[0], "loss_last": losses[-1], "seconds": time.perf_counter() - t}
     trained_on = set(out["prompts"])
+    common.write_progress(run_dir, report)
+    _say(console, f"  SFT loss {losses[0]:.3f} -> {losses[-1]:.3f} ({time.perf_counter() - t:.0f} s)")
     del policy
 
     # 2. reward model ------------------------------------------------------------------
@@ -311,6 +313,9 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
                   "train_loss_first": log[0]["loss"], "train_loss_last": log[-1]["loss"]}
     rm_dir = rm.save(run_dir / "reward_model", tok, rm_summary)
     report["stages"]["reward_model"] = {"dir": str(rm_dir), **rm_summary, "seconds": time.perf_counter() - t}
+    common.write_progress(run_dir, report)
+    _say(console, f"  RM held-out pair accuracy {before_rm['pair_accuracy']:.3f} -> {after_rm['pair_accuracy']:.3f} "
+                  f"({time.perf_counter() - t:.0f} s)")
     del rm, backbone
 
     # 3. PPO -------------------------------------------------------------------------
@@ -319,6 +324,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     ckpt = common.train_run(ppo_run_config(cfg, sft_dir, rm_dir, run_dir))
     report["stages"]["ppo"] = {"dir": str(run_dir / "ppo"), "checkpoint": str(ckpt), "seconds": time.perf_counter() - t,
                                **_ppo_log_summary(run_dir / "ppo")}
+    common.write_progress(run_dir, report)
 
     # evaluation: before (SFT) and after PPO, on held-out prompts ---------------------------
     _say(console, "[bold]ppo_rlhf[/] evaluation on held-out prompts")
