@@ -86,8 +86,11 @@ class MixtureTask:
         per = {d: self.heldout_of(d, n) for d in self.domains}
         return [per[self.domains[j % len(self.domains)]][j // len(self.domains)] for j in range(n)]
 
-    def heldout_size(self) -> int:
-        return sum(t.heldout_size() for t in self.tasks.values())
+    def heldout_size(self) -> int | None:
+        """Distinct held-out problems over the domains (None when a domain's space is too
+        large to list, as `ArithmeticTask.heldout_size`)."""
+        sizes = [t.heldout_size() for t in self.tasks.values()]
+        return None if any(x is None for x in sizes) else sum(sizes)
 
     def state_dict(self) -> dict:
         return {"position": self.position, "domains": list(self.domains), "mix": list(self.mix),
