@@ -10,6 +10,8 @@
     policylab convert-checkpoint RUN_DIR --i-trust-this-file   old pickle checkpoints -> safe format
     policylab compare CONFIG.yaml [--plan] [--report-only]   methods x seeds on one task and budget, one report
     policylab methods [NAME]                            the methods and metrics tables, or one card
+    policylab pipeline ppo_rlhf|fusion CONFIG           a multi-stage pipeline (SFT -> RM -> PPO; experts -> Merge /
+                     [--set key=value ...] [--overwrite] Mix RL / MOPD), each stage's checkpoint, one report
     policylab train-critic CONFIG --out DIR             RFPO's critic, from the base model's own labelled rollouts
                      [--prompts N] [--group-size G] [--epochs E] [--set key=value ...]
     policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
@@ -210,6 +212,22 @@ def _convert(args) -> int:
     return 0
 
 
+PIPELINES = ("ppo_rlhf", "fusion")
+
+
+def _pipeline(args) -> int:
+    import importlib
+
+    from .run import _console
+
+    mod = importlib.import_module({"ppo_rlhf": ".pipelines.rlhf", "fusion": ".pipelines.fusion"}[args.name],
+                                  "policylab")
+    cfg = mod.load_config(args.config, args.set or [])
+    mod.run(cfg, console=_console(), overwrite=args.overwrite)
+    print(f"policylab: wrote {Path(cfg['run_dir']) / 'report.json'} and report.md", file=sys.stderr)
+    return 0
+
+
 def _train_critic(args) -> int:
     from pathlib import Path
 
@@ -273,6 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)
+    pl = sub.add_parser("pipeline", help="run a multi-stage pipeline (ppo_rlhf: SFT -> reward model -> PPO; fusion: "
+                        "domain experts -> Merge / Mix RL / MOPD), one report")
+    pl.add_argument("name", choices=PIPELINES)
+    pl.add_argument("config", help="the pipeline's YAML config (e.g. configs/pipelines/ppo_rlhf.yaml)")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. sft.steps=5")
+    pl.add_argument("--overwrite", action="store_true", help="replace a previous pipeline run in run_dir")
+    pl.set_defaults(fn=_pipeline)
     k = sub.add_parser("train-critic", help="train RFPO's frozen critic on the base model's own labelled rollouts")
     k.add_argument("config", help="a run config: its model, task (train split) and rollout settings are used")
     k.add_argument("--out", required=True, help="the critic checkpoint directory (method_params.critic_path)")

@@ -24,7 +24,7 @@ class ConfigError(PolicylabError):
 
 
 TASK_NAMES = ("arithmetic", "jsonl", "reasoning_gym", "gsm", "menu_arithmetic", "two_turn_arithmetic", "confidence",
-              "distribution", "code")
+              "distribution", "code", "sequence", "mixture")
 ENGINE_DTYPES = ("fp32", "bf16", "int8", "int4")
 
 
@@ -33,7 +33,9 @@ class TaskConfig:
     # arithmetic | jsonl | reasoning_gym | gsm (reasoning-gym's GSM-Symbolic word problems) | menu_arithmetic
     # (pick the option label; scored by menu_label) | two_turn_arithmetic (a two-turn dialogue for methods with a
     # multi-turn source) | confidence (answer with a stated confidence) | distribution (draws from a
-    # stated distribution) | code (short Python functions, tested in the sandbox)
+    # stated distribution) | code (short Python functions, tested in the sandbox) | sequence (next term of an
+    # arithmetic progression) | mixture (train prompts pooled from task.domains in proportions task.mix, every
+    # example tagged with its domain; held-out reports per domain)
     name: str = "arithmetic"
     ops: tuple[str, ...] = ("+", "*")  # arithmetic, menu_arithmetic: operations to draw from
     digits: int = 1  # arithmetic, menu_arithmetic, two_turn_arithmetic: digits per operand
@@ -54,6 +56,8 @@ class TaskConfig:
     sandbox_wall_seconds: float = 10.0  # code: wall-clock limit of one candidate's process
     sandbox_without_network_isolation: bool = False  # code: run model-written code with this machine's network when no network namespace can be made (refused otherwise)
     sandbox_without_filesystem_isolation: bool = False  # code: let model-written code write wherever its user may when Landlock is unavailable (refused otherwise)
+    domains: tuple[str, ...] = ("arithmetic", "sequence")  # mixture: the pooled task domains (tasks.mixture.DOMAINS; arithmetic uses ops and digits)
+    mix: tuple[float, ...] = (0.5, 0.5)  # mixture: the proportion of each domain in the train stream (one per domain, >= 0, normalized)
 
 
 
@@ -294,6 +298,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         (cfg.task.sandbox_cpu_seconds > 0 and cfg.task.sandbox_wall_seconds > 0 and cfg.task.sandbox_memory_mb >= 64,
          "task.sandbox_cpu_seconds and task.sandbox_wall_seconds must be > 0, task.sandbox_memory_mb >= 64"),
     ]
+    if cfg.task.name == "mixture":
+        checks += _mixture_checks(cfg.task)
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
@@ -301,6 +307,21 @@ def validate(cfg: RunConfig) -> RunConfig:
     if total % t.minibatches:
         raise ConfigError(f"a rollout batch of {total} sequences does not split into train.minibatches={t.minibatches}")
     return cfg
+
+
+def _mixture_checks(task: TaskConfig) -> list[tuple[bool, str]]:
+    from .tasks.mixture import DOMAINS
+
+    d, m = tuple(task.domains), tuple(task.mix)
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in m)
+    return [
+        (bool(d) and len(set(d)) == len(d), f"task.domains must name distinct domains, got {list(d)}"),
+        (set(d) <= set(DOMAINS), f"task.domains {list(d)}: the domains are {', '.join(DOMAINS)}"),
+        (numbers and len(m) == len(d), f"task.mix must give one number per domain of task.domains {list(d)}, "
+                                       f"got {list(m)}"),
+        (numbers and all(x >= 0 for x in m) and sum(m) > 0, f"task.mix {list(m)}: proportions must be >= 0 with a "
+                                                            "positive sum"),
+    ]
 
 
 def _valid_device(name: str) -> bool:

@@ -106,7 +106,8 @@ def _reward_fn(name: str):
 # the verifier `task.reward: auto` stands for, per task
 AUTO_REWARD = {"arithmetic": "exact_numeric", "jsonl": "exact_numeric", "reasoning_gym": "dataset",
                "gsm": "math_verify", "menu_arithmetic": "menu_label", "two_turn_arithmetic": "exact_numeric",
-               "confidence": "confidence_answer", "distribution": "valid_outcome", "code": "code_tests"}
+               "confidence": "confidence_answer", "distribution": "valid_outcome", "code": "code_tests",
+               "sequence": "exact_numeric", "mixture": "exact_numeric"}
 # reasoning-gym's GSM-Symbolic: GSM8K problems as templates whose names and numbers are re-drawn
 GSM_DATASET = "gsm_symbolic"
 
@@ -181,6 +182,8 @@ def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
                           + (f"{size} distinct held-out problems" if size is not None else "held-out problems sampled"))
     if cfg.name == "jsonl":
         return _jsonl_source(cfg, _reward_fn(reward_name), seed)
+    if cfg.name in ("sequence", "mixture"):
+        return _domain_source(cfg, reward_name, seed)
     if cfg.name in ("menu_arithmetic", "two_turn_arithmetic"):
         return _turn_and_menu_source(cfg, reward_name, seed)
     if cfg.name in ("reasoning_gym", "gsm"):
@@ -230,6 +233,29 @@ def _turn_and_menu_source(cfg: TaskConfig, reward_name: str, seed: int) -> TaskS
         t = TwoTurnArithmeticTask(digits=cfg.digits, seed=seed)
         what = f"two-turn arithmetic, {cfg.digits} digit(s)"
     reward = _reward_fn(reward_name)
+    return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict, t.load_state_dict,
+                      f"{what}; {t.heldout_size()} distinct held-out problems")
+
+
+def _domain_source(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
+    """The number-sequence task and the mixture of task domains (policylab.tasks.sequence /
+    mixture): every example carries meta["domain"]; the mixture's held-out split
+    alternates the domains' own splits."""
+    from .errors import PolicylabError
+    from .tasks.mixture import MixtureTask
+    from .tasks.sequence import SequenceTask
+
+    reward = _reward_fn(reward_name)
+    try:
+        if cfg.name == "sequence":
+            t = SequenceTask(seed=seed, heldout_fraction=cfg.heldout_fraction, split_seed=cfg.split_seed)
+            what = "number sequences (next term of an arithmetic progression)"
+        else:
+            t = MixtureTask(cfg.domains, cfg.mix, seed=seed, ops=tuple(cfg.ops), digits=cfg.digits,
+                            heldout_fraction=cfg.heldout_fraction, split_seed=cfg.split_seed)
+            what = "mixture of " + ", ".join(f"{d} {m:g}" for d, m in zip(cfg.domains, cfg.mix))
+    except PolicylabError as exc:
+        raise ConfigError(f"task {cfg.name}: {exc}") from None
     return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict, t.load_state_dict,
                       f"{what}; {t.heldout_size()} distinct held-out problems")
 

@@ -251,5 +251,6 @@ def test_erils_length_cap_rejects_long_external_rows_only():
 
 def test_mopd_advantage_is_the_negated_per_token_gap_to_the_teacher():
     # student lp −1.0, teacher −0.2: A = −(−1.0 − (−0.2)) = 0.8 (raise that token); masked -> 0
-    a = K.mopd_advantages(t([[-1.0, -0.1, 3.0]]), t([[-0.2, -0.5, 0.0]]), torch.tensor([[True, True, False]]))
+    a = K.mopd_advantages(t([[-1.0, -0.1, 3.0]]), t([[-0.2, -0.5, 0.0]]), torch.tensor([[True, True, False]]),
+                          horizon="token")
     torch.testing.assert_close(a, t([[0.8, -0.4, 0.0]]))

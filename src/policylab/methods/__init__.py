@@ -12,6 +12,7 @@ from . import literature as _literature  # noqa: F401  (registers the literature
 from . import mixed as _mixed  # noqa: F401  (registers the mixed-policy methods)
 from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
 from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
+from . import pipelines as _pipelines  # noqa: F401  (registers ppo_rlhf and fusion)
 from . import rewards_more as _rewards_more  # noqa: F401  (registers rlcr, mad_rl, rlcpr, code_opt, rfpo)
 from . import testtime as _testtime  # noqa: F401  (registers the test-time adaptation methods)
 from .evidence import apply as _apply_evidence

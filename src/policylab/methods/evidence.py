@@ -94,6 +94,14 @@ EVIDENCE = {
     "tasco": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct through the soft prefix (HF generate "
               "with the prefix, K = 2 perturbed copies): 3 optimizer steps of the prefix, finite metrics "
               "(benchmarks/results/methods_real_13b.md); no learning claim"),
+    "ppo_rlhf": ("kernel verified; the whole pipeline (SFT -> reward model -> PPO through `policylab train`) ran end to "
+                 "end on SmolLM2-135M-Instruct with small step counts (benchmarks/results/ppo_rlhf_pipeline.md): the RM's "
+                 "held-out pair accuracy on the procedural preference set is measured there; PPO's before/after numbers "
+                 "are within noise: no learning claim"),
+    "fusion": ("kernel verified; the pipeline ran end to end on SmolLM2-135M-Instruct with 2 steps per trained model "
+               "(benchmarks/results/fusion_pipeline.md): MOPD made 2 optimizer steps (the first with zero gradient: its "
+               "teacher had not moved from the base), the sequence expert and Mix RL made none (every reply wrong); "
+               "per-domain accuracy on 10 prompts per domain, no learning claim"),
 }
 
 

@@ -306,16 +306,35 @@ def erils_length_keep(lengths: torch.Tensor, external: torch.Tensor, cap: int) -
 # ----------------------------------------------------------------------------- MOPD (fusion)
 
 
-def mopd_advantages(logp_student: torch.Tensor, logp_teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token signal of multi-teacher on-policy distillation, detached, [B, T]:
+MOPD_HORIZONS = ("token", "sequence")
 
-        A_t = −(lp_student(y_t) − lp_teacher(y_t))
 
-    on the student's own samples, each row scored by the teacher of its domain (the
-    per-token reverse-KL estimate, negated); used as the advantage of a REINFORCE-style
-    loss −A_t·lp. "Consolidating RLVR Capabilities Across Domains: A Deep Dive into
-    Fusion Paradigms" (MOPD route; exact form **unconfirmed**). 0 at masked positions."""
+def mopd_advantages(logp_student: torch.Tensor, logp_teacher: torch.Tensor, mask: torch.Tensor, *,
+                    horizon: str) -> torch.Tensor:
+    """Per-token signal of multi-teacher on-policy distillation, detached, [B, T].
+
+    On the student's own samples y ~ π_θ, each row scored by the teacher of its domain,
+    with d_t = lp_student(y_t) − lp_teacher(y_t) (the per-token reverse-KL estimate):
+
+        horizon "token"     A_t = −d_t
+        horizon "sequence"  A_t = −Σ_{u ≥ t, counted} d_u   (the return-to-go of −d)
+
+    used as the advantage of a REINFORCE-style loss −A_t·lp_t. "token" is the per-token
+    form of on-policy distillation; "sequence" makes Σ_t A_t ∇lp_t the exact gradient
+    estimate of −KL(π_θ ‖ π_teacher) over whole responses. "Consolidating RLVR
+    Capabilities Across Domains: A Deep Dive into Fusion Paradigms" (MOPD route); the
+    exact form is **unconfirmed**, so `horizon` has no default. Both inputs are detached
+    (sg): the student's log-probs are those of the learner at the start of the round.
+    0 at masked positions, which never enter a sum."""
+    if horizon not in MOPD_HORIZONS:
+        raise PolicylabError(f"`horizon` must be one of {', '.join(MOPD_HORIZONS)}, got {horizon!r}")
     check_mask(mask, "mask")
     check_same_shape("logp_student", logp_student, logp_teacher=logp_teacher, mask=mask)
     zero = torch.zeros((), dtype=logp_student.dtype, device=logp_student.device)
-    return torch.where(mask, -(logp_student.detach() - logp_teacher.detach()), zero)
+    for name, t in (("logp_student", logp_student), ("logp_teacher", logp_teacher)):
+        if not bool(torch.isfinite(torch.where(mask, t, zero)).all()):
+            raise PolicylabError(f"`{name}` is not finite at a counted position")
+    a = torch.where(mask, -(logp_student.detach() - logp_teacher.detach()), zero)
+    if horizon == "sequence":
+        a = torch.where(mask, a.flip(-1).cumsum(-1).flip(-1), zero)
+    return a

@@ -35,6 +35,7 @@ from . import (  # noqa: E402,F401  (register the examples)
     offpolicy_engine,
     offpolicy_objectives,
     offpolicy_topics,
+    pipelines,
     rewards_more,
     testtime,
 )

@@ -518,6 +518,6 @@ def alt_text(fig: Figure, lang: str) -> str:
 
 
 from . import (  # noqa: E402,F401  (register the views)
-    views_advantages, views_corrections, views_geometry, views_mixed, views_more, views_objectives, views_rewards,
-    views_rewards_more, views_testtime,
+    views_advantages, views_corrections, views_geometry, views_mixed, views_more, views_objectives, views_pipelines,
+    views_rewards, views_rewards_more, views_testtime,
 )

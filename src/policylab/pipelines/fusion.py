@@ -1,0 +1,324 @@
+"""Fusion paradigms across task domains: `policylab pipeline fusion CONFIG`.
+
+"Consolidating RLVR Capabilities Across Domains: A Deep Dive into Fusion Paradigms"
+(arXiv id **unconfirmed**). From one base model, a domain expert is RL-trained per
+domain (GRPO by default, through `policylab train`), then three routes combine the
+domains:
+
+    merge   task-vector arithmetic θ = θ_base + Σ_k α_k (θ_k − θ_base) over checkpoints of
+            identical layout and vocabulary (`merge_task_vectors`; a mismatch is refused)
+    mix     Mix RL: the experts' RL recipe on the pooled data of the domains, in the
+            proportions `mix.mix` (task `mixture`, `tasks.mixture`)
+    mopd    multi-teacher on-policy distillation: the student (the base) samples on pooled
+            prompts and each token's signal comes from the expert of its prompt's domain
+            (method `fusion`, `methods.pipelines`; per-domain metrics in its log)
+
+Every model (base, each expert, each route) is evaluated on each domain's held-out split;
+the report is a table per domain, the mean over domains shown next to it, never alone.
+
+The config (YAML): run_dir, model, seed, threads, domains, routes, and the sections task
+(the arithmetic operations and the split every run uses), experts (a run config's method,
+rollout, train and method_params), merge, mix, mopd and eval.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from ..config import ConfigError
+from ..errors import PolicylabError, RunDirError, ShapeError
+from . import common
+
+ROUTES = ("merge", "mix", "mopd")
+TOP = {"run_dir": "runs/fusion", "model": "embedded", "seed": 0, "threads": 0,
+       "domains": ["arithmetic", "sequence"], "routes": list(ROUTES)}
+SECTIONS = {
+    "task": {"ops": ["+", "*"], "digits": 1, "heldout_fraction": 0.5, "split_seed": 0},
+    "experts": None,  # a run config's method, rollout, train and method_params; method grpo by default
+    "merge": {"alphas": []},  # one α per domain; [] = 1 / (number of domains) each
+    "mix": {"mix": [], "steps": 0},  # [] = equal proportions; steps 0 = the experts' train.steps
+    "mopd": {"steps": 0, "lr": 0.0, "horizon": "token"},  # 0 = the experts' steps / lr
+    "eval": {"prompts": 40, "samples": 1, "max_new_tokens": 12},
+}
+EXPERT_SECTIONS = ("method", "rollout", "train", "method_params")
+
+
+def load_config(path, overrides=()) -> dict:
+    """The pipeline config (see the module docstring), checked before anything runs."""
+    from ..mixedpolicy.kernels import MOPD_HORIZONS
+    from ..tasks.mixture import DOMAINS
+
+    cfg = common.load_pipeline_config(path, overrides, top=TOP, sections=SECTIONS, name="fusion")
+    d = cfg["domains"]
+    if len(d) < 2 or len(set(d)) != len(d) or not set(d) <= set(DOMAINS):
+        raise ConfigError(f"{path}: domains must be two or more distinct domains of {', '.join(DOMAINS)}, got {d}")
+    bad = sorted(set(cfg["routes"]) - set(ROUTES))
+    if bad or not cfg["routes"]:
+        raise ConfigError(f"{path}: routes must be a non-empty list of {', '.join(ROUTES)}, got {cfg['routes']}")
+    extra = sorted(set(cfg["experts"]) - set(EXPERT_SECTIONS))
+    if extra:
+        raise ConfigError(f"{path}: experts.{extra[0]} cannot be set: the pipeline sets each run's model, task, seed "
+                          f"and run_dir; experts takes {', '.join(EXPERT_SECTIONS)}")
+    if cfg["experts"].get("method") == "fusion":
+        raise ConfigError(f"{path}: experts.method is the domain experts' RL recipe (e.g. grpo), not fusion (MOPD)")
+    alphas, mix = cfg["merge"]["alphas"], cfg["mix"]["mix"]
+    if alphas and len(alphas) != len(d):
+        raise ConfigError(f"{path}: merge.alphas needs one α per domain ({len(d)}), got {alphas}")
+    if mix and (len(mix) != len(d) or any(x < 0 for x in mix) or sum(mix) <= 0):
+        raise ConfigError(f"{path}: mix.mix needs one proportion >= 0 per domain ({len(d)}) with a positive sum, "
+                          f"got {mix}")
+    if cfg["mopd"]["horizon"] not in MOPD_HORIZONS:
+        raise ConfigError(f"{path}: mopd.horizon must be one of {', '.join(MOPD_HORIZONS)}")
+    for k in ("prompts", "samples", "max_new_tokens"):
+        if int(cfg["eval"][k]) < 1:
+            raise ConfigError(f"{path}: eval.{k} must be >= 1")
+    cfg["_source"] = str(path)
+    return cfg
+
+
+def merge_task_vectors(base: dict, experts: list[dict], alphas: list[float]) -> dict:
+    """θ = θ_base + Σ_k α_k·(θ_k − θ_base), tensor by tensor (in float64, cast back).
+
+    Every state dict must have the base's keys, shapes and dtypes (identical layout; the
+    embedding shapes carry the vocabulary size, so another vocabulary is refused here too).
+    One expert with α = 1 returns that expert; all α = 0 returns the base."""
+    import math
+
+    if not experts or len(alphas) != len(experts):
+        raise PolicylabError(f"merge needs one α per expert: {len(alphas)} alphas for {len(experts)} experts")
+    if not all(isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in alphas):
+        raise PolicylabError(f"merge: every α must be a finite number, got {list(alphas)}")
+    for k, e in enumerate(experts):
+        if set(e) != set(base):
+            extra, missing = sorted(set(e) - set(base))[:3], sorted(set(base) - set(e))[:3]
+            raise ShapeError(f"expert {k} has another layout than the base (extra {extra}, missing {missing})")
+        for name, t in base.items():
+            if e[name].shape != t.shape or e[name].dtype != t.dtype:
+                what = "vocabulary" if "embed" in name or "lm_head" in name else "layout"
+                raise ShapeError(f"expert {k}: `{name}` is {tuple(e[name].shape)} {e[name].dtype}, the base "
+                                 f"{tuple(t.shape)} {t.dtype} (another {what})")
+    out = {}
+    for name, t in base.items():
+        if not t.is_floating_point():
+            out[name] = t.clone()
+            continue
+        acc = t.to(torch.float64).clone()
+        for a, e in zip(alphas, experts):
+            acc += float(a) * (e[name].to(torch.float64) - t.to(torch.float64))
+        out[name] = acc.to(t.dtype)
+    return out
+
+
+def check_vocabularies(tokenizers: list) -> None:
+    """Refuse checkpoints whose tokenizers map ids differently (the task vectors of their
+    embeddings would add unrelated rows)."""
+    ref = tokenizers[0].get_vocab()
+    for k, tok in enumerate(tokenizers[1:], start=1):
+        if tok.get_vocab() != ref:
+            raise PolicylabError(f"checkpoint {k} has another vocabulary than the base: task vectors cannot be merged")
+
+
+def domain_eval(model, tokenizer, task, domains, *, prompts: int, samples: int, max_new_tokens: int, seed: int) -> dict:
+    """Sampled accuracy on each domain's held-out split (and their mean, reported next to them)."""
+    from ..evaluate import evaluate
+    from ..rewards.verifiers import exact_numeric_reward
+
+    encode = common.chat_encoder(tokenizer)
+    engine = common.engine_for(model, tokenizer)
+    model.eval()
+    out = {}
+    for d in domains:
+        exs = task.heldout_of(d, prompts)
+        res = evaluate(engine, [encode(e.prompt) for e in exs], [e.answer for e in exs], exact_numeric_reward,
+                       samples=samples, max_new_tokens=max_new_tokens, seed=seed)
+        out[d] = {"accuracy": res["accuracy"], "stderr": res["accuracy_stderr"], "n": prompts * samples,
+                  "distinct_prompts": len({e.prompt for e in exs})}
+    out.update(summarize_domains({d: out[d]["accuracy"] for d in domains}))
+    return out
+
+
+def summarize_domains(accuracy: dict) -> dict:
+    """Per-domain accuracies summarized WITHOUT hiding them: the mean over domains next to
+    the worst and best domain (equal means can hide opposite per-domain results)."""
+    if not accuracy:
+        raise PolicylabError("summarize_domains needs at least one domain")
+    worst = min(accuracy, key=accuracy.get)
+    best = max(accuracy, key=accuracy.get)
+    return {"mean_over_domains": sum(accuracy.values()) / len(accuracy), "worst_domain": worst,
+            "worst_accuracy": accuracy[worst], "best_domain": best, "best_accuracy": accuracy[best]}
+
+
+def _task_cfg(cfg: dict, name: str, **more) -> dict:
+    t = cfg["task"]
+    return {"name": name, "ops": list(t["ops"]), "digits": int(t["digits"]),
+            "heldout_fraction": float(t["heldout_fraction"]), "split_seed": int(t["split_seed"]), **more}
+
+
+def run_configs(cfg: dict, run_dir: Path, experts: dict | None = None) -> dict:
+    """The run config of every training stage: one expert per domain, Mix RL, MOPD
+    (`experts` maps domain -> checkpoint; placeholders before the experts exist)."""
+    domains = list(cfg["domains"])
+    ex = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cfg["experts"].items()}
+    method = ex.pop("method", "grpo")
+    base = {"seed": int(cfg["seed"]), "threads": int(cfg["threads"]), "model": cfg["model"],
+            "eval": {"n": 0, "before": False, "after": False}, "log": {"tensorboard": False, "progress": False}}
+    out = {}
+    for d in domains:
+        out[f"expert_{d}"] = {**base, **ex, "method": method, "task": _task_cfg(cfg, d),
+                              "run_dir": str(run_dir / f"expert_{d}")}
+    mix = list(cfg["mix"]["mix"]) or [1.0] * len(domains)
+    mixture = _task_cfg(cfg, "mixture", domains=domains, mix=[float(x) for x in mix])
+    if "mix" in cfg["routes"]:
+        c = {**base, **ex, "method": method, "task": mixture, "run_dir": str(run_dir / "mix")}
+        if int(cfg["mix"]["steps"]):
+            c["train"] = {**c.get("train", {}), "steps": int(cfg["mix"]["steps"])}
+        out["mix"] = c
+    if "mopd" in cfg["routes"]:
+        experts = experts or {d: str(run_dir / f"expert_{d}") for d in domains}
+        teachers = ",".join(f"{d}={experts[d]}" for d in domains)
+        train = dict(ex.get("train", {}))
+        if int(cfg["mopd"]["steps"]):
+            train["steps"] = int(cfg["mopd"]["steps"])
+        if float(cfg["mopd"]["lr"]):
+            train["lr"] = float(cfg["mopd"]["lr"])
+        rollout = dict(ex.get("rollout", {}))
+        # MOPD's loss is REINFORCE-style: one update per batch (the method refuses reuse)
+        train.update(epochs=1, minibatches=1)
+        rollout["staleness"] = 0
+        out["mopd"] = {**base, "method": "fusion", "task": mixture, "run_dir": str(run_dir / "mopd"),
+                       "rollout": rollout, "train": train,
+                       "method_params": {"teachers": teachers, "mopd_horizon": cfg["mopd"]["horizon"]}}
+    return out
+
+
+def prepare(run_dir: Path, names, *, overwrite: bool) -> None:
+    common.prepare_run_dir(run_dir, overwrite=overwrite)
+    previous = [n for n in names if (run_dir / n).exists()]
+    if previous and not overwrite:
+        raise RunDirError(f"{run_dir} already holds pipeline stages ({', '.join(previous)}); choose another run_dir "
+                          "or pass --overwrite")
+    for n in previous:
+        shutil.rmtree(run_dir / n)
+
+
+def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
+    from ..mixedpolicy.state import load_model
+    from ..models import load_policy
+    from ..tasks.mixture import MixtureTask
+
+    t0 = time.perf_counter()
+    run_dir = Path(cfg["run_dir"])
+    seed = int(cfg["seed"])
+    domains, routes = list(cfg["domains"]), list(cfg["routes"])
+    planned = run_configs(cfg, run_dir)
+    for c in planned.values():  # every training stage's config is checked before any runs
+        common.check_run_config(c)
+    prepare(run_dir, list(planned) + ["merge"], overwrite=overwrite)
+    if cfg["threads"]:
+        torch.set_num_threads(int(cfg["threads"]))
+    t = cfg["task"]
+    task = MixtureTask(domains, [1.0] * len(domains), seed=seed, ops=tuple(t["ops"]), digits=int(t["digits"]),
+                       heldout_fraction=float(t["heldout_fraction"]), split_seed=int(t["split_seed"]))
+    report: dict = {"pipeline": "fusion", "model": cfg["model"], "seed": seed, "domains": domains, "routes": routes,
+                    "task": dict(t), "stages": {}}
+    say = (lambda x: console.print(x, soft_wrap=True)) if console is not None else (lambda x: None)
+    experts = {}
+    for d in domains:  # one RL expert per domain, from the base
+        say(f"[bold]fusion[/] expert for {d}")
+        t1 = time.perf_counter()
+        experts[d] = common.train_run(planned[f"expert_{d}"])
+        report["stages"][f"expert_{d}"] = {"checkpoint": str(experts[d]), "method": planned[f"expert_{d}"]["method"],
+                                           "seconds": time.perf_counter() - t1}
+        common.write_progress(run_dir, report)
+    final = run_configs(cfg, run_dir, {d: str(p) for d, p in experts.items()})
+    models = {}
+    if "merge" in routes:
+        say("[bold]fusion[/] merge (task vectors)")
+        base_m, base_tok = load_policy(cfg["model"])
+        loaded = [load_model(str(experts[d])) for d in domains]
+        check_vocabularies([base_tok] + [tk for _, tk, _ in loaded])
+        alphas = [float(a) for a in cfg["merge"]["alphas"]] or [1.0 / len(domains)] * len(domains)
+        merged = merge_task_vectors(base_m.state_dict(), [m.state_dict() for m, _, _ in loaded], alphas)
+        base_m.load_state_dict(merged)
+        models["merge"] = str(common.save_model_dir(base_m, base_tok, run_dir / "merge"))
+        report["stages"]["merge"] = {"alphas": dict(zip(domains, alphas)), "dir": models["merge"]}
+        del loaded, merged, base_m
+    for route, what in (("mix", "Mix RL (pooled data)"), ("mopd", "MOPD (student samples, domain teachers)")):
+        if route not in routes:
+            continue
+        say(f"[bold]fusion[/] {what}")
+        t1 = time.perf_counter()
+        models[route] = str(common.train_run(final[route]))
+        report["stages"][route] = {"checkpoint": models[route], "method": final[route]["method"],
+                                   "task": final[route]["task"], "seconds": time.perf_counter() - t1}
+        if route == "mopd":
+            report["stages"][route]["teachers"] = final[route]["method_params"]["teachers"]
+            report["stages"][route]["per_domain_log"] = _per_domain_log(run_dir / "mopd")
+        common.write_progress(run_dir, report)
+    say("[bold]fusion[/] per-domain evaluation")
+    e = cfg["eval"]
+    kw = dict(prompts=int(e["prompts"]), samples=int(e["samples"]), max_new_tokens=int(e["max_new_tokens"]),
+              seed=seed + 999)
+    table = {}
+    m, tok = load_policy(cfg["model"])
+    table["base"] = domain_eval(m, tok, task, domains, **kw)
+    for d in domains:
+        m, tok, _ = load_model(str(experts[d]))
+        table[f"expert_{d}"] = domain_eval(m, tok, task, domains, **kw)
+    for route, where in models.items():
+        m, tok, _ = load_model(where)
+        table[route] = domain_eval(m, tok, task, domains, **kw)
+    report["evaluation"] = table
+    report["seconds"] = time.perf_counter() - t0
+    md = report_markdown(report)
+    common.write_report(run_dir, report, md)
+    say(md)
+    return report
+
+
+def _per_domain_log(run: Path) -> dict:
+    """The last logged per-domain metrics of a run (`...@domain=D` keys of metrics.jsonl)."""
+    import json
+
+    path = run / "metrics.jsonl"
+    last: dict = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and any("@domain=" in k for k in row):
+                last = {k: v for k, v in row.items() if "@domain=" in k}
+    return last
+
+
+def report_markdown(r: dict) -> str:
+    domains = r["domains"]
+    ev = r["evaluation"]
+    n = next(iter(ev.values()))[domains[0]]["n"]
+    lines = [f"# fusion pipeline ({r['model']}, seed {r['seed']}, {r['seconds']:.0f} s)", "",
+             f"Sampled accuracy (T = 1) on each domain's held-out split, {n} samples per domain (± binomial standard "
+             "error); the mean over domains is shown next to the per-domain numbers, never instead of them.", "",
+             "| model | " + " | ".join(domains) + " | mean over domains | worst domain |",
+             "|---|" + "---|" * (len(domains) + 2)]
+    for name, row in ev.items():
+        cells = [f"{row[d]['accuracy']:.3f} ± {row[d]['stderr']:.3f}" for d in domains]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {row['mean_over_domains']:.3f} | "
+                     f"{row['worst_domain']} |")
+    st = r["stages"]
+    if "merge" in st:
+        lines += ["", "merge: α " + ", ".join(f"{d} {a:g}" for d, a in st["merge"]["alphas"].items())]
+    if "mix" in st:
+        lines += [f"Mix RL: {st['mix']['method']} on the mixture " +
+                  ", ".join(f"{d} {m:g}" for d, m in zip(st['mix']['task']['domains'], st['mix']['task']['mix']))]
+    if "mopd" in st:
+        log = st["mopd"].get("per_domain_log", {})
+        gaps = ", ".join(f"{k.split('=')[-1]} {v:.3f}" for k, v in sorted(log.items()) if k.startswith("mopd/"))
+        lines += [f"MOPD: teachers {st['mopd']['teachers']}" + (f"; last logged teacher gap per domain: {gaps}"
+                                                                if gaps else "")]
+    return "\n".join(lines) + "\n"
