@@ -70,7 +70,10 @@ EVIDENCE = {
     "moer": _REAL14.format(opt=3, extra=", guided and expert rows in every step (their accuracy is 1 by "
                            "construction; the reward column counts them)"),
     "graft": _REAL14.format(opt=3, extra=_SELF.format(role="peer") + "; no group was borrowed in the 3 steps "
-                            "(every row native): the import path has run only in the test suite"),
+                            "(every row native). With a real second model, the trained quickstart checkpoint as the "
+                            "peer (benchmarks/results/graft_peer_quickstart.md, 18 steps): 0 groups borrowed, because "
+                            "on the receiver's all-fail prompts the peer's groups were all correct (not mixed); the "
+                            "import path has run only in the test suite"),
     "mad_rl": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the distribution task with "
                "task.class_mapper=single_mention (benchmarks/results/methods_real_13c.md): 6-25% of replies named one "
                "outcome, the invalid ones kept in f̂'s denominator (invalid_frac 0.75-0.94, TV to the target "
