@@ -78,15 +78,24 @@ def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections:
     return out
 
 
-def prepare_run_dir(run_dir: Path, *, overwrite: bool) -> None:
-    """A pipeline writes several stage directories into run_dir; a previous pipeline's
-    report.json is kept unless `overwrite`."""
+def prepare_run_dir(run_dir: Path, stages=(), *, overwrite: bool) -> None:
+    """A run directory of its own for a pipeline that writes the directories `stages` into
+    it: refused when it holds a previous pipeline's report.json or any of those stage
+    directories, unless `overwrite` (then exactly those stage directories are removed)."""
+    import shutil
+
     run_dir = Path(run_dir)
     if run_dir.resolve() == Path.cwd().resolve():
         raise RunDirError("a pipeline's run_dir must be a directory of its own (not the current directory)")
     if (run_dir / "report.json").exists() and not overwrite:
         raise RunDirError(f"{run_dir} already holds a pipeline run (report.json); choose another run_dir or pass "
                           "--overwrite")
+    previous = [n for n in stages if (run_dir / n).exists()]
+    if previous and not overwrite:
+        raise RunDirError(f"{run_dir} already holds pipeline stages ({', '.join(previous)}); choose another run_dir "
+                          "or pass --overwrite")
+    for n in previous:
+        shutil.rmtree(run_dir / n)
     run_dir.mkdir(parents=True, exist_ok=True)
 
 

@@ -23,14 +23,13 @@ rollout, train and method_params), merge, mix, mopd and eval.
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
 import torch
 
 from ..config import ConfigError
-from ..errors import PolicylabError, RunDirError, ShapeError
+from ..errors import PolicylabError, ShapeError
 from . import common
 
 ROUTES = ("merge", "mix", "mopd")
@@ -195,16 +194,6 @@ def run_configs(cfg: dict, run_dir: Path, experts: dict | None = None) -> dict:
     return out
 
 
-def prepare(run_dir: Path, names, *, overwrite: bool) -> None:
-    common.prepare_run_dir(run_dir, overwrite=overwrite)
-    previous = [n for n in names if (run_dir / n).exists()]
-    if previous and not overwrite:
-        raise RunDirError(f"{run_dir} already holds pipeline stages ({', '.join(previous)}); choose another run_dir "
-                          "or pass --overwrite")
-    for n in previous:
-        shutil.rmtree(run_dir / n)
-
-
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     from ..mixedpolicy.state import load_model
     from ..models import load_policy
@@ -217,7 +206,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     planned = run_configs(cfg, run_dir)
     for c in planned.values():  # every training stage's config is checked before any runs
         common.check_run_config(c)
-    prepare(run_dir, list(planned) + ["merge"], overwrite=overwrite)
+    common.prepare_run_dir(run_dir, list(planned) + ["merge"], overwrite=overwrite)
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     t = cfg["task"]

@@ -29,7 +29,6 @@ names.
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from pathlib import Path
 
@@ -232,18 +231,6 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs)
 
 
-def prepare(run_dir: Path, *, overwrite: bool) -> None:
-    """A run directory of its own: refused when it holds a previous pipeline's stages or
-    report, unless `overwrite` (then exactly those are removed)."""
-    common.prepare_run_dir(run_dir, overwrite=overwrite)
-    previous = [n for n in STAGE_DIRS if (run_dir / n).exists()]
-    if previous and not overwrite:
-        raise RunDirError(f"{run_dir} already holds pipeline stages ({', '.join(previous)}); choose another run_dir "
-                          "or pass --overwrite")
-    for n in previous:
-        shutil.rmtree(run_dir / n)
-
-
 def ppo_run_config(cfg: dict, sft_dir: Path, rm_dir: Path, run_dir: Path) -> dict:
     """The PPO stage's run config: the user's rollout/train/method_params/eval/log, with
     the method, model, task, seed and run_dir the pipeline sets."""
@@ -270,7 +257,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     # the PPO stage's config and method parameters are checked before any stage runs
     # (the model and RM paths are placeholders here)
     common.check_run_config(ppo_run_config(cfg, run_dir / "sft", run_dir / "reward_model", run_dir))
-    prepare(run_dir, overwrite=overwrite)
+    common.prepare_run_dir(run_dir, STAGE_DIRS, overwrite=overwrite)
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     torch.manual_seed(seed)
