@@ -138,6 +138,23 @@ def test_seconds_and_tokens_budgets_stop_the_runs(tmp_path, tiny_model_dir):
     assert run["sampled_tokens"] - 16 < 10
 
 
+def test_keep_checkpoints_false_deletes_only_finished_runs_checkpoints(tmp_path, tiny_model_dir):
+    data = config(tmp_path, tiny_model_dir, methods=("grpo",), seeds=(0, 1), log={"checkpoint_every": 1})
+    kept = compare(write(tmp_path, data))
+    runs = tmp_path / "cmp" / "runs"
+    assert all(any((runs / f"grpo-seed{s}" / "checkpoints").iterdir()) for s in (0, 1))  # default: kept
+    data["out_dir"] = str(tmp_path / "drop")
+    data["keep_checkpoints"] = False
+    dropped = compare(write(tmp_path, data, "drop.yaml"))
+    runs = tmp_path / "drop" / "runs"
+    assert not any((runs / f"grpo-seed{s}" / "checkpoints").exists() for s in (0, 1))
+    # the report needs only report.json and metrics.jsonl: the same numbers, and a second
+    # call still counts both runs as finished (nothing re-runs)
+    a, b = dropped["methods"]["grpo"]["final"], kept["methods"]["grpo"]["final"]
+    assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+    assert all(r.state == "done" for r in load_plan(tmp_path / "drop.yaml").runs)
+
+
 def _refused(tmp_path, data, match):
     with pytest.raises(ConfigError, match=match):
         plan_from_dict(data, source="c.yaml")
@@ -154,6 +171,7 @@ def test_bad_compare_configs_are_refused_before_any_run(tmp_path, tiny_model_dir
              r"dapo: method `dapo` has no parameter `eps_hi`")
     _refused(tmp_path, {**good, "seeds": [0, 0]}, "distinct integers")
     _refused(tmp_path, {**good, "report_dir": ""}, "`report_dir` must name a directory")
+    _refused(tmp_path, {**good, "keep_checkpoints": "no"}, "`keep_checkpoints` must be true or false, got 'no'")
     _refused(tmp_path, {**good, "methodz": []}, r"unknown key `methodz`\. Did you mean: methods")
     # incompatible budgets
     _refused(tmp_path, {**good, "budget": {"steps": 2, "seconds": 60}}, "exactly one of steps, seconds, tokens")

@@ -12,6 +12,8 @@ A compare config is YAML:
     seeds: [0, 1]
     budget: {steps: 40}                 # or {seconds: 300} or {tokens: 400000}; + max_steps (cap)
     target_accuracy: 0.3                # "time to target": first evaluation at or above it
+    keep_checkpoints: true              # false: a finished run's checkpoints are deleted (the
+                                        # report needs only report.json and metrics.jsonl)
     common_method_params: {kl_coef: 0.0}  # given to every method that declares the parameter
     run:                                # the run config every run shares (policylab train's sections)
       model: embedded
@@ -67,7 +69,8 @@ from typing import Any
 
 from .config import ConfigError, RunConfig, config_from_dict, read_yaml
 
-TOP_KEYS = ("out_dir", "report_dir", "methods", "seeds", "budget", "target_accuracy", "common_method_params", "run")
+TOP_KEYS = ("out_dir", "report_dir", "methods", "seeds", "budget", "target_accuracy", "common_method_params",
+            "keep_checkpoints", "run")
 BUDGET_KINDS = ("steps", "seconds", "tokens")
 DEFAULT_MAX_STEPS = 100_000
 # fields a stage may read that the trainer itself produces (the rest must be written by a stage)
@@ -109,6 +112,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     task_describe: str = ""
     report_dir: Path | None = None
+    keep_checkpoints: bool = True
 
     @property
     def report_to(self) -> Path:
@@ -220,6 +224,10 @@ def plan_from_dict(data: dict, *, source: str = "compare config") -> Plan:
                                or not 0 < float(target) <= 1):
         problems.append(f"`target_accuracy` must be a number in (0, 1], got {target!r}")
         target = None
+    keep = data.get("keep_checkpoints", True)
+    if not isinstance(keep, bool):
+        problems.append(f"`keep_checkpoints` must be true or false, got {keep!r}")
+        keep = True
     common = data.get("common_method_params", {}) or {}
     if not isinstance(common, dict):
         problems.append("`common_method_params` must be a mapping")
@@ -271,7 +279,7 @@ def plan_from_dict(data: dict, *, source: str = "compare config") -> Plan:
                 problems += _budget_problems(e.label, method, cfg, kind, value)
                 notes += _inert_note(e.label, spec, cfg)
     plan = Plan(source, Path(out_dir), entries, seeds, kind or "steps", value or 0, target, runs, notes,
-                report_dir=Path(report_dir) if report_dir else None)
+                report_dir=Path(report_dir) if report_dir else None, keep_checkpoints=keep)
     if base_cfg is not None and not problems:
         problems += _task_problems(plan, base_cfg)
     if problems:
@@ -557,12 +565,27 @@ def run_plan(plan: Plan, *, console=None) -> dict:
                                      f"`policylab compare {plan.source}` again to continue (finished runs are "
                                      "skipped, this one resumes from its last checkpoint)") from None
             r.state = "done"
+            if not plan.keep_checkpoints:
+                _drop_checkpoints(r.run_dir, progress.console)
             progress.update(overall, completed=done_before + i + 1,
                             info=f"{done_before + i + 1}/{len(plan.runs)} done")
     report = write_report(plan)
     console.print(f"report: {plan.report_to / 'compare.md'}, {plan.report_to / 'compare.json'}, "
                   f"{plan.report_to / 'curves.png'}")
     return report
+
+
+def _drop_checkpoints(run_dir: Path, console) -> None:
+    """`keep_checkpoints: false`: a finished run's checkpoints go (the report reads only
+    report.json and metrics.jsonl); an interrupted run keeps its own, to resume from."""
+    import shutil
+
+    ck = run_dir / "checkpoints"
+    if ck.is_dir():
+        size = sum(f.stat().st_size for f in ck.rglob("*") if f.is_file())
+        shutil.rmtree(ck)
+        console.print(f"{run_dir.name}: finished; its checkpoints ({size / 2**30:.1f} GiB) deleted "
+                      "(keep_checkpoints: false)")
 
 
 def _order(plan: Plan, label: str) -> int:
