@@ -37,6 +37,11 @@ corrects): with r = log π_old − log μ (engine) and r_tot = log π_θ(round s
 
 plus each correction's own logged diagnostics (fraction capped / masked, its ESS).
 Writes benchmarks/results/offpolicy_stress.{json,md} (--out to change).
+
+Interrupted? Every finished run is saved at once to <out>.partial.json; the same command
+again reuses the finished runs whose settings match (task, budget, learning rate, seed and
+the rest of the configuration) and runs the others. The partial file goes when the report
+is written.
 """
 
 from __future__ import annotations
@@ -260,14 +265,37 @@ def main(argv=None) -> dict:
         raise SystemExit("--methods must start with grpo (the uncorrected run)")
     seed = int(a.seeds.split(",")[0])
     reference = levels[0]
+    config = (f"task {a.task}, {a.prompts} prompts x {a.group} samples, <= {max_new} new tokens, lr {a.lr}, "
+              f"{a.steps} rollout steps per run, seed {seed}, held-out {a.eval_n} prompts (fp32 sampler on the "
+              "learner's weights)")
+    fingerprint = {"config": config, "model": a.model, "micro_batch": a.micro_batch, "smoke": a.smoke}
+    partial = Path(a.out).with_suffix(".partial.json") if a.out else None
+    done: dict = {}
+    if partial is not None and partial.is_file():
+        try:
+            saved = json.loads(partial.read_text())
+        except ValueError as exc:
+            raise SystemExit(f"{partial} is not readable JSON ({exc}): delete it to start again") from None
+        if saved.get("fingerprint") == fingerprint:
+            done = saved.get("runs", {})
+            print(f"reusing {len(done)} finished run(s) from {partial}: {', '.join(done) or '-'}", flush=True)
+        else:
+            print(f"{partial} holds runs of another configuration: not reused (it is overwritten)", flush=True)
     runs: dict = {}
     ladder = []
 
     def run(method, level):
         key = f"{method}@{level}"
-        if key not in runs:
+        if key not in runs and key in done:
+            runs[key] = done[key]
+        elif key not in runs:
             print(f"== {key}", flush=True)
             runs[key] = run_one(task, max_new, method, level, a, seed)
+            if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                tmp = partial.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"fingerprint": fingerprint, "runs": {**done, **runs}}, indent=2))
+                os.replace(tmp, partial)
             r = runs[key]
             print(f"{key}: held-out {r['base']['accuracy']:.3f} -> {r['final']['accuracy']:.3f}; "
                   f"diagnostics {json.dumps({k: round(v, 5) for k, v in r['diagnostics'].items() if v is not None})}",
@@ -304,9 +332,7 @@ def main(argv=None) -> dict:
     report = {
         "command": "python benchmarks/offpolicy_stress.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": vs.machine() + f", load average {os.getloadavg()[0]:.2f}",
-        "config": (f"task {a.task}, {a.prompts} prompts x {a.group} samples, <= {max_new} new tokens, lr {a.lr}, "
-                   f"{a.steps} rollout steps per run, seed {seed}, held-out {a.eval_n} prompts (fp32 sampler on the "
-                   "learner's weights)"),
+        "config": config,
         "smoke": a.smoke, "reference": reference, "ladder": ladder, "corrections_level": chosen, "verdict": verdict,
         "runs": runs,
     }
@@ -316,6 +342,8 @@ def main(argv=None) -> dict:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(to_markdown(report))
+        if partial is not None:
+            partial.unlink(missing_ok=True)
     return report
 
 

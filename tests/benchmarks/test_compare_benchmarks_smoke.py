@@ -117,6 +117,44 @@ def test_offpolicy_stress_tiny(tmp_path, tiny_model_dir):
     md = (tmp_path / "s.md").read_text()
     assert "smoke run" in md and "| int4+stale1-mb2 |" in md
     assert json.loads((tmp_path / "s.json").read_text())["verdict"] == report["verdict"]
+    assert not (tmp_path / "s.partial.json").exists()  # the report is written: the partial file goes
+    # an interrupted run: the finished runs were saved one by one; the same command reuses them
+    saved = {"fingerprint": None, "runs": {}}
+    args = ["--model", str(tiny_model_dir), "--task", task, "--steps", "2", "--eval-n", "4", "--prompts", "2",
+            "--group", "4", "--micro-batch", "4", "--max-new-tokens", "4", "--lr", "1e-3",
+            "--levels", "onpolicy,int4", "--methods", "grpo,tis", "--smoke", "--out", str(tmp_path / "r")]
+    orig = stress.run_one
+    calls = []
+
+    def interrupted(task_, max_new, method, level, a, seed):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(f"{method}@{level}")
+        return orig(task_, max_new, method, level, a, seed)
+
+    stress.run_one = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stress.main(args)
+        saved = json.loads((tmp_path / "r.partial.json").read_text())
+        assert sorted(saved["runs"]) == ["grpo@int4", "grpo@onpolicy"]
+        calls.clear()
+        stress.run_one = lambda *x: (calls.append(f"{x[2]}@{x[3]}"), orig(*x))[1]
+        again = stress.main(args)
+    finally:
+        stress.run_one = orig
+    assert calls == ["tis@int4"]  # only the run that had not finished
+    assert again["runs"]["grpo@onpolicy"] == saved["runs"]["grpo@onpolicy"]
+    assert not (tmp_path / "r.partial.json").exists()
+    # another configuration: the saved runs are not reused
+    (tmp_path / "r.partial.json").write_text(json.dumps(saved))
+    calls.clear()
+    stress.run_one = lambda *x: (calls.append(f"{x[2]}@{x[3]}"), orig(*x))[1]
+    try:
+        stress.main([*args[:-2], "--lr", "2e-3", "--out", str(tmp_path / "r")])
+    finally:
+        stress.run_one = orig
+    assert calls[0] == "grpo@onpolicy"
     with pytest.raises(SystemExit, match="unknown level part"):
         stress.main(["--levels", "onpolicy,int9", "--out", ""])
     with pytest.raises(SystemExit, match="unknown --task"):
