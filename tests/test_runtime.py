@@ -1,8 +1,10 @@
 """policylab.runtime.keep_freed_memory: glibc keeps freed blocks for reuse (checked by
 counting page faults, not by timing), bad input refused, the trainer's config switch."""
 
+import mmap
 import platform
 import resource
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,3 +51,21 @@ def test_bad_limit(bad):
 
 def test_run_config_switch_defaults_on():
     assert RunConfig().keep_freed_memory is True
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux only: the peak is reset via clear_refs")
+def test_peak_memory_is_reset_for_each_run():
+    """Several runs in one process (`policylab compare`): each run's sys/peak_rss_mb must
+    be its own peak, not the largest any earlier run reached."""
+    before = runtime.memory_mb()["peak_rss"]
+    # an anonymous mapping, not malloc: freed for certain (keep_freed_memory may keep malloc's)
+    block = mmap.mmap(-1, 300 * 2**20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1  # touch every page: 300 MiB resident
+    high = runtime.memory_mb()["peak_rss"]
+    assert high >= before + 250
+    block.close()
+    assert runtime.reset_peak_memory()
+    after = runtime.memory_mb()
+    assert after["peak_rss"] < high - 250  # the 300 MiB block is gone from the count
+    assert after["peak_rss"] >= after["rss"] - 1.0  # the peak is at least what is resident now

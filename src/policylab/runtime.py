@@ -66,15 +66,46 @@ def applied_limit() -> int | None:
     return _applied
 
 
+def reset_peak_memory() -> bool:
+    """Start the peak-RSS count again (Linux: writing 5 to /proc/self/clear_refs resets the
+    kernel's high-water mark, VmHWM). A new Trainer calls it, so that `sys/peak_rss_mb` is
+    the peak of this run, not of everything the process ran before (several runs of
+    `policylab compare` share one process). False where it cannot be reset: the peak then
+    stays the process's own since its start."""
+    import gc
+
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return _hwm_mb() is not None
+
+
+def _hwm_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def memory_mb() -> dict[str, float]:
-    """{"rss": resident set size now, "peak_rss": the largest it has been} of this process,
-    in MiB (Linux: /proc/self/statm and getrusage; elsewhere only the peak, from getrusage,
-    whose unit is bytes on macOS)."""
+    """{"rss": resident set size now, "peak_rss": the largest it has been since the last
+    `reset_peak_memory` (or the process start)} in MiB. Linux: /proc/self/statm and VmHWM
+    of /proc/self/status; elsewhere only the peak, from getrusage (whose unit is bytes on
+    macOS), which cannot be reset."""
     import resource
     import sys
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    peak_mb = peak / 2**20 if sys.platform == "darwin" else peak / 1024
+    peak_mb = _hwm_mb()
+    if peak_mb is None:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak_mb = peak / 2**20 if sys.platform == "darwin" else peak / 1024
     out = {"peak_rss": peak_mb}
     try:
         with open("/proc/self/statm") as f:

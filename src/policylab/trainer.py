@@ -65,6 +65,7 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         if cfg.keep_freed_memory:
             runtime.keep_freed_memory()
+        runtime.reset_peak_memory()  # sys/peak_rss_mb: this run's peak, not the process's so far
         _seed_everything(cfg.seed)
         self.shape = run_shape(cfg)
         self.method = methods.get(cfg.method).with_params(cfg.method_params, self.shape)
