@@ -36,7 +36,8 @@ corrects): with r = log π_old − log μ (engine) and r_tot = log π_θ(round s
     ess        (Σw)² / (n Σw²) of w = e^r            1 = no reweighting needed
 
 plus each correction's own logged diagnostics (fraction capped / masked, its ESS).
-Writes benchmarks/results/offpolicy_stress.{json,md} (--out to change).
+Writes benchmarks/results/offpolicy_stress.{json,md,png} (--out to change; --replot JSON
+redraws the figure and markdown of a written report).
 
 Interrupted? Every finished run is saved at once to <out>.partial.json; the same command
 again reuses the finished runs whose settings match (task, budget, learning rate, seed and
@@ -233,6 +234,50 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(report: dict, path: Path) -> None:
+    """Two panels: the ladder (uncorrected held-out accuracy at each mismatch level, with its
+    k3 mismatch KL), and every method's held-out accuracy at the corrections' level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    ref = report["runs"][f"grpo@{report['reference']}"]["final"]
+    levels = [lv["level"] for lv in report["ladder"]]
+    acc = [100 * report["runs"][f"grpo@{lv}"]["final"]["accuracy"] for lv in levels]
+    err = [200 * report["runs"][f"grpo@{lv}"]["final"]["accuracy_stderr"] for lv in levels]
+    a.errorbar(range(len(levels)), acc, yerr=err, marker="o", capsize=4, color="tab:red", label="uncorrected (grpo)")
+    a.axhline(100 * ref["accuracy"], color="gray", ls="--", lw=1, label="on-policy reference")
+    for i, lv in enumerate(levels):
+        kl = report["runs"][f"grpo@{lv}"]["diagnostics"].get("total/kl_k3")
+        if kl is not None:
+            a.annotate(f"KL {kl:.3g}", (i, acc[i]), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    a.set_xticks(range(len(levels)), levels, rotation=20, fontsize=8)
+    a.set_ylabel("held-out accuracy after training (%)")
+    a.set_title("mismatch ladder (± 2 s.e.)", fontsize=10)
+    a.set_ylim(0, 100)
+    a.legend(fontsize=8)
+    lvl = report["corrections_level"]
+    rows = [r for r in report["runs"].values() if r["level"] == lvl]
+    names = [r["method"] for r in rows]
+    vals = [100 * r["final"]["accuracy"] for r in rows]
+    errs = [200 * r["final"]["accuracy_stderr"] for r in rows]
+    colors = ["tab:red" if n == "grpo" else "tab:blue" for n in names]
+    b.bar(range(len(names)), vals, yerr=errs, capsize=4, color=colors)
+    b.axhline(100 * ref["accuracy"], color="gray", ls="--", lw=1, label=f"on-policy reference ({report['reference']})")
+    b.axhline(100 * rows[0]["base"]["accuracy"], color="k", ls=":", lw=1, label="before training")
+    b.set_xticks(range(len(names)), [("uncorrected" if n == "grpo" else n) for n in names], rotation=20, fontsize=8)
+    b.set_title(f"corrections at {lvl} (± 2 s.e.)", fontsize=10)
+    b.set_ylim(0, 100)
+    b.legend(fontsize=8)
+    fig.suptitle("Off-policy stress: " + report["config"].split(",")[0], fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--task", default="arith1_add_mul",
@@ -251,7 +296,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--smoke", action="store_true", help="mark the report as a smoke run (no result claimed)")
     ap.add_argument("--out", default=str(RESULTS / "offpolicy_stress"), help="results path without suffix ('' = none)")
+    ap.add_argument("--replot", default=None, metavar="JSON",
+                    help="only redraw the figure and the markdown of a written report (no run)")
     a = ap.parse_args(argv)
+    if a.replot:
+        src = Path(a.replot)
+        report = json.loads(src.read_text())
+        src.with_suffix(".md").write_text(to_markdown(report))
+        plot(report, src.with_suffix(".png"))
+        return report
     import torch
 
     torch.set_num_threads(int(os.environ.get("POLICYLAB_BENCH_THREADS", "2")))
@@ -342,6 +395,7 @@ def main(argv=None) -> dict:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(to_markdown(report))
+        plot(report, out.with_suffix(".png"))
         if partial is not None:
             partial.unlink(missing_ok=True)
     return report

@@ -118,6 +118,10 @@ def test_offpolicy_stress_tiny(tmp_path, tiny_model_dir):
     assert "smoke run" in md and "| int4+stale1-mb2 |" in md
     assert json.loads((tmp_path / "s.json").read_text())["verdict"] == report["verdict"]
     assert not (tmp_path / "s.partial.json").exists()  # the report is written: the partial file goes
+    assert (tmp_path / "s.png").stat().st_size > 1000
+    (tmp_path / "s.png").unlink()
+    assert stress.main(["--replot", str(tmp_path / "s.json")])["verdict"] == report["verdict"]
+    assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "s.md").read_text() == md
     # an interrupted run: the finished runs were saved one by one; the same command reuses them
     saved = {"fingerprint": None, "runs": {}}
     args = ["--model", str(tiny_model_dir), "--task", task, "--steps", "2", "--eval-n", "4", "--prompts", "2",
