@@ -71,7 +71,8 @@ def measure(name: str, n: int, model: str, seed: int) -> dict:
         distinct = len({e.prompt for e in tr.task.heldout(n)})
     return {"task": task, "max_new_tokens": max_new, "verifier": verifier_name(cfg.task), "describe": tr.task.describe,
             "n_prompts": res["n_prompts"], "distinct_prompts": distinct, "accuracy": res["accuracy"],
-            "accuracy_stderr": res["accuracy_stderr"], "mean_length": res["mean_length"],
+            "accuracy_stderr": res["accuracy_stderr"], "mean_reward": res.get("mean_reward"),
+            "mean_length": res["mean_length"],
             "seconds": round(seconds, 1), "load_before": round(load, 2), "example_prompt": example.prompt,
             "example_answer": str(example.answer), "seed": seed, "model": model}
 
@@ -81,10 +82,11 @@ def to_markdown(results: dict, command: str) -> str:
              f"Command: `{command}`. The trainer's evaluator (one sample per held-out prompt at T = 1, seed fixed); "
              "each row's task section is in base_accuracy.json and can be pasted into a config. The machine was "
              "shared while measuring (the load average is given): accuracies are unaffected, seconds are not "
-             "comparable.", "",
-             "| candidate | task | verifier | new tokens | held-out prompts (distinct) | accuracy ± s.e. | mean length | "
-             "in 3-30%? | seconds (load) |",
-             "|---|---|---|---:|---:|---:|---:|:---:|---:|"]
+             "comparable. Accuracy counts full credit only; the mean score includes a verifier's partial credit "
+             "(reasoning-gym scorers give some for a near miss).", "",
+             "| candidate | task | verifier | new tokens | held-out prompts (distinct) | accuracy ± s.e. | mean score | "
+             "mean length | in 3-30%? | seconds (load) |",
+             "|---|---|---|---:|---:|---:|---:|---:|:---:|---:|"]
     for name, r in results.items():
         t = r["task"]
         label = t["name"] + (f" {t.get('dataset')}" if t.get("dataset") else "") + (
@@ -93,6 +95,7 @@ def to_markdown(results: dict, command: str) -> str:
         ok = "yes" if 0.03 <= r["accuracy"] <= 0.30 else "no"
         lines.append(f"| {name} | {label} | {r['verifier']} | {r['max_new_tokens']} | {r['n_prompts']} "
                      f"({r['distinct_prompts']}) | {100 * r['accuracy']:.1f}% ± {100 * r['accuracy_stderr']:.1f} | "
+                     + ("-" if r.get("mean_reward") is None else f"{r['mean_reward']:.3f}") + f" | "
                      f"{r['mean_length']:.1f} | {ok} | {r['seconds']} ({r['load_before']}) |")
     lines += ["", "Example prompts:", ""]
     for name, r in results.items():

@@ -17,16 +17,24 @@ from .batch import SamplingSettings
 
 def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *, samples: int = 1,
              k: tuple[int, ...] = (1,), temperature: float = 1.0, max_new_tokens: int = 32,
-             batch_size: int = 64, seed: int = 1234, progress=None, counts: bool = False) -> dict:
+             batch_size: int = 64, seed: int = 1234, progress=None, counts: bool = False,
+             solved_at: float = 1.0) -> dict:
     """Sample `samples` replies per prompt and score them with `reward_fn` against the
     gold `answers` (the evaluator: the only place gold is read). `counts=True` adds
     "correct_per_prompt", the number of correct samples of each prompt, in order (what
-    fixed-budget coverage is computed from)."""
+    fixed-budget coverage is computed from).
+
+    A sample is correct when its score is at least `solved_at` (1.0: full credit).
+    Verifiers with partial credit (reasoning-gym scorers give e.g. 0.5 for a near miss)
+    count as correct only at full credit in accuracy and pass@k; the mean score over all
+    samples, partial credit included, is `mean_reward`. A non-finite score is refused
+    (it names the reply), never averaged in."""
+    from .errors import PolicylabError
     from .metrics import pass_at_k
 
     n_prompts = len(prompts)
     correct = torch.zeros(n_prompts)
-    lengths, total = [], 0
+    lengths, total, score_sum = [], 0, 0.0
     sampling = SamplingSettings(temperature=temperature)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
@@ -39,7 +47,15 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
             texts = engine.decode_responses(batch)
             golds = [a for a in answers[sl] for _ in range(samples)]
             r = torch.as_tensor(reward_fn(texts, golds), dtype=torch.float32)
-            correct[sl] = r.view(-1, samples).sum(-1)
+            if r.shape != (len(texts),):
+                raise PolicylabError(f"the verifier returned {tuple(r.shape)} scores for {len(texts)} held-out replies")
+            bad = (~torch.isfinite(r)).nonzero().flatten().tolist()
+            if bad:
+                i = bad[0]
+                raise PolicylabError(f"the verifier scored {len(bad)} held-out reply(ies) non-finite, e.g. {r[i].item()} "
+                                     f"for reply {texts[i]!r} (gold {golds[i]!r}): fix the verifier")
+            correct[sl] = (r >= solved_at).view(-1, samples).sum(-1).float()
+            score_sum += float(r.double().sum())
             lengths.extend(batch.response_lengths.tolist())
             total += len(texts)
             if progress is not None:
@@ -48,6 +64,7 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
         "n_prompts": n_prompts,
         "samples_per_prompt": samples,
         "accuracy": float(correct.sum() / (n_prompts * samples)),
+        "mean_reward": score_sum / max(n_prompts * samples, 1),
         "mean_length": sum(lengths) / max(len(lengths), 1),
     }
     for kk in k:

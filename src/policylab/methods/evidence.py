@@ -46,6 +46,10 @@ _STRESS = ("kernel verified; {verb} on SmolLM2-135M-Instruct in the off-policy s
            "from int4 weights with one scale per output row, k3 mismatch KL 1.48, engine ESS 0.15; uncorrected GRPO "
            "falls from the on-policy 94.0% to 26.5% ± 3.1 held-out): {result}; with the bf16 engine (8 steps, "
            "benchmarks/results/offpolicy.md) within noise of the uncorrected run")
+_STALE_STRESS = ("staleness level of the stress scenario (benchmarks/results/offpolicy_stress_staleness.md: one "
+                 "engine, batches trained one rollout step after sampling in 4 minibatches, a mean 3.2 optimizer "
+                 "steps behind, total k3 KL 0.004; uncorrected GRPO 88.0% ± 2.3 against the on-policy 94.0% ± 1.7, "
+                 "a marginal drop of 6.0 points against 2 s.e. = 5.7)")
 _NS = "{delta} points vs GRPO's 56.2% ± 2.5, no significant difference at two seeds"
 _COMPARED = {
     "dr_grpo": ("48.8% ± 5.3", _NS.format(delta="-7.5 ± 5.8")),
@@ -80,7 +84,18 @@ EVIDENCE = {
     "mis": _STRESS.format(verb="run in a degrading mismatch", result="34.5% ± 3.4, +8.0 ± 4.6 points over the "
                           "uncorrected run (z = 1.7, not significant): 95% of sequences masked by the geometric-mean "
                           "band [0.5, 2], so few tokens train"),
-    **{name: _STALE for name in ("gmc", "sis", "missing_old_logits")},
+    "sis": _STALE,
+    "gmc": ("kernel verified; in the trainer on SmolLM2-135M-Instruct in two stress levels: at the " + _STALE_STRESS
+            + " 89.0% ± 2.2 (+1.0, no significant difference, weights barely capped: ESS after 0.999); at the int4 "
+            "per-row engine (benchmarks/results/offpolicy_stress.md, uncorrected 26.5% ± 3.1) 19.5% ± 2.8 (-7.0 ± "
+            "4.2, no gain: its one capped trajectory weight per sequence did not help where 59% of tokens fall "
+            "outside IcePop's band)"),
+    "missing_old_logits": ("kernel verified; in the trainer on SmolLM2-135M-Instruct in two stress levels: at the "
+                           "int4 per-row engine (benchmarks/results/offpolicy_stress.md, uncorrected 26.5% ± 3.1) "
+                           "48.0% ± 3.5, equal to TIS (no staleness: its engine factor is TIS's), +21.5 ± 4.7 (z = "
+                           "4.6); at the " + _STALE_STRESS + " 81.5% ± 2.7 (-6.5 ± 3.6, z = -1.8: no significant "
+                           "difference; the engine factor is 1 with one engine, the staleness factor is the same PPO "
+                           "clip on π_θ/π_old that GRPO applies)"),
     **{name: _REAL_12A.format(task=_TASKS_12A.get(name, "")) for name in _RUN_12A},
     "off_context_grpo": _REAL14.format(opt=3, extra=", hint_kind 'worked': the first two batches had reward 0 "
                                        "everywhere (zero advantages, gradient norm 0), the third 1 of 16 correct"),
