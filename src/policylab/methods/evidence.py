@@ -77,7 +77,9 @@ EVIDENCE = {
     **{name: _CMP.format(final=f, verdict=v) for name, (f, v) in _COMPARED.items()},
     **{name: _MISMATCH for name in ("kpop", "minirl", "online_icepop")},
     "tis": _STRESS.format(verb="corrects a degrading mismatch", result="48.0% ± 3.5, +21.5 ± 4.7 points over the "
-                          "uncorrected run (z = 4.6); 9.4% of tokens capped at C = 2"),
+                          "uncorrected run (z = 4.6); 9.4% of tokens capped at C = 2. As a control at the staleness level with one engine "
+                          "(offpolicy_stress_staleness.md), where its engine ratio is 1: 81.5% ± 2.7 against the "
+                          "uncorrected 88.0% ± 2.3 (z = -1.8), equal to Missing-Old-Logits"),
     "icepop": _STRESS.format(verb="corrects a degrading mismatch", result="61.5% ± 3.4, +35.0 ± 4.6 points over the "
                              "uncorrected run (z = 7.6), the best of the five corrections tried; 55% of tokens masked "
                              "outside [0.5, 5]"),
