@@ -264,7 +264,7 @@ def test_cli_compare(tmp_path, tiny_model_dir):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", ["harder_task", "smoke_real"])
+@pytest.mark.parametrize("name", ["harder_task", "smoke_real", "reasoning_gym_basic_arith"])
 def test_the_shipped_compare_configs_load(name, tmp_path, monkeypatch):
     from pathlib import Path
 
