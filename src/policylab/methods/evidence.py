@@ -67,14 +67,24 @@ _COMPARED = {
              "~3.7x slower"),
 }
 
+# the reasoning-gym comparison (basic_arithmetic, base 9.0%, one seed): what it adds to a card
+_RG_AT = " (benchmarks/results/compare_rg_basic_arith/compare.md, one seed, 20 steps)"
+_RG = {
+    "dapo": "; on reasoning-gym basic_arithmetic (base 9.0%) 43.0% ± 3.5 against GRPO's 33.5% ± 3.3, +9.5 ± 4.8 "
+            "(z = 2.0, at 1.8x the sampled tokens)" + _RG_AT,
+    "dr_grpo": "; on reasoning-gym basic_arithmetic (base 9.0%) 28.0% ± 3.2 against GRPO's 33.5% ± 3.3 (z = -1.2)"
+               + _RG_AT,
+}
+
 EVIDENCE = {
     "grpo": "trained end to end on SmolLM2-135M-Instruct, single-digit + and x: held-out sampled accuracy "
             "13.0% -> 91.0% after 20 steps, 91.5% after 30, 140 s of training steps (quickstart, README); two-digit "
             "addition in the nine-method comparison (20 steps, seeds 0 and 1): 1.7% -> 56.2% ± 2.5 "
-            "(benchmarks/results/compare_harder_task/compare.md)",
+            "(benchmarks/results/compare_harder_task/compare.md); reasoning-gym basic_arithmetic: 9.0% -> 33.5% ± 3.3"
+            + _RG_AT,
     **{name: _REAL for name in ("ggpo", "gmc", "gppo_fdiv", "grpo_process", "luspo", "ppo", "reinforce_pp")},
     **{name: _REAL3 for name in ("remax", "ripo", "tapo", "ttrl")},
-    **{name: _CMP.format(final=f, verdict=v) for name, (f, v) in _COMPARED.items()},
+    **{name: _CMP.format(final=f, verdict=v) + _RG.get(name, "") for name, (f, v) in _COMPARED.items()},
     **{name: _MISMATCH for name in ("kpop", "minirl", "online_icepop")},
     "tis": _STRESS.format(verb="corrects a degrading mismatch", result="48.0% ± 3.5, +21.5 ± 4.7 points over the "
                           "uncorrected run (z = 4.6); 9.4% of tokens capped at C = 2. As a control at the staleness level with one engine "
