@@ -271,19 +271,11 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
 
 def _per_domain_log(run: Path) -> dict:
     """The last logged per-domain metrics of a run (`...@domain=D` keys of metrics.jsonl)."""
-    import json
+    from ..runlog import read_metrics
 
     path = run / "metrics.jsonl"
-    last: dict = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and any("@domain=" in k for k in row):
-                last = {k: v for k, v in row.items() if "@domain=" in k}
-    return last
+    rows = [r for r in read_metrics(path) if any("@domain=" in k for k in r)] if path.is_file() else []
+    return {k: v for k, v in rows[-1].items() if "@domain=" in k} if rows else {}
 
 
 def report_markdown(r: dict) -> str:

@@ -351,18 +351,10 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
 
 def _ppo_log_summary(ppo_dir: Path) -> dict:
     """Steps, first and last logged RM score, KL penalty and accuracy of the PPO run."""
-    import json
+    from ..runlog import read_metrics
 
     path = ppo_dir / "metrics.jsonl"
-    rows = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and "rlhf/rm_score_mean" in row:
-                rows.append(row)
+    rows = [r for r in read_metrics(path) if "rlhf/rm_score_mean" in r] if path.is_file() else []
     if not rows:
         return {"steps": 0}
     keys = ("rlhf/rm_score_mean", "rlhf/true_score_mean", "kl/reward_penalty_mean", "accuracy")
