@@ -50,9 +50,9 @@ CANDIDATES: dict[str, tuple[dict, int]] = {
 
 
 def measure(name: str, n: int, model: str, seed: int) -> dict:
-    from policylab.config import config_from_dict
-    from policylab.taskrun import verifier_name
-    from policylab.trainer import Trainer
+    from policylab.trainer.config import config_from_dict
+    from policylab.tasks.source import verifier_name
+    from policylab.trainer.loop import Trainer
 
     task, max_new = CANDIDATES[name]
     with tempfile.TemporaryDirectory() as d:

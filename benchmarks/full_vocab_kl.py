@@ -1,5 +1,5 @@
 """Peak memory and time of the full-vocabulary KL(π_θ‖π_ref) per position (ZCPO's drift,
-STARE's entropy): chunked over positions and vocabulary (`policylab.vocab.head_stats`,
+STARE's entropy): chunked over positions and vocabulary (`policylab.models.vocab.head_stats`,
 what `LocalWorker.vocab_stats` runs) against the naive route that builds the [B, T, V]
 logits of both models.
 
@@ -66,8 +66,8 @@ class _PeakSampler:
 
 
 def _setup(model_name: str, rows: int, positions: int):
-    from policylab.models import load_policy
-    from policylab.vocab import response_hidden
+    from policylab.models.loading import load_policy
+    from policylab.models.vocab import response_hidden
 
     torch.manual_seed(0)
     model, _ = load_policy(model_name)
@@ -86,7 +86,7 @@ def _setup(model_name: str, rows: int, positions: int):
 
 def _variant(args) -> dict:
     from policylab import SamplingSettings
-    from policylab.vocab import head_stats
+    from policylab.models.vocab import head_stats
 
     torch.set_num_threads(2)
     h, head, hr, head_r, V = _setup(args.model, args.rows, args.positions)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from policylab.config import config_from_dict
-from policylab.rewards.graded import numeric_interval, reward_vectors
-from policylab.trainer import Trainer
+from policylab.trainer.config import config_from_dict
+from policylab.kernels.rewards.graded import numeric_interval, reward_vectors
+from policylab.trainer.loop import Trainer
 
 RESULTS = Path(__file__).parent / "results"
 DIMS = ["correct", "closeness", "terse"]

@@ -13,7 +13,7 @@ model (TRL beta=0), GRPO with group-standardized advantages, PPO clip 0.2, one o
 step per batch, per-sequence token mean, the same micro-batch; the TRL settings are
 benchmarks/vs_trl.py's (its docstring says which differ from TRL's defaults, and why).
 
-One held-out evaluator for both: policylab's (`policylab.evaluate`, the task's held-out
+One held-out evaluator for both: policylab's (`policylab.eval.evaluate`, the task's held-out
 split and verifier, one sample per prompt at T = 1, the same seed at every evaluation),
 run on each side's current weights with the FastEngine, outside the timed training. The
 evaluations happen at the first step end after every --eval-every-s seconds of training
@@ -67,8 +67,8 @@ def task_section(name: str) -> tuple[dict, int]:
 
 
 def build(a):
-    from policylab.config import TaskConfig
-    from policylab.taskrun import build_task
+    from policylab.trainer.config import TaskConfig
+    from policylab.tasks.source import build_task
 
     section, _ = task_section(a.task)
     cfg = TaskConfig()
@@ -97,7 +97,7 @@ class Clock:
 
 def heldout(model, tokenizer, a, task, reward) -> dict:
     from policylab.engines.fast import FastEngine
-    from policylab.evaluate import evaluate
+    from policylab.eval.evaluate import evaluate
 
     vs = _bench("vs_trl")
     ex = task.heldout(a.eval_n)
@@ -124,8 +124,8 @@ def _eval_point(points, clock, step, model, tokenizer, a, task, reward, side):
 def worker_policylab(a) -> dict:
     import torch
 
-    from policylab.config import config_from_dict
-    from policylab.trainer import Trainer
+    from policylab.trainer.config import config_from_dict
+    from policylab.trainer.loop import Trainer
 
     section, _ = task_section(a.task)
     tcfg, task = build(a)

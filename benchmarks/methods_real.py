@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 
+from policylab.experiments.exercise import exercise_settings
 from policylab import methods
-from policylab.config import config_from_dict
-from policylab.trainer import Trainer
+from policylab.trainer.config import config_from_dict
+from policylab.trainer.loop import Trainer
 
 RESULTS = Path(__file__).parent / "results"
 # budget choices of this benchmark (a short run): one value-pretraining step for vapo
@@ -37,7 +38,7 @@ def settings(name: str, workdir: str) -> dict:
     behavior engine for the mismatch corrections, and what must be made first, e.g. RFPO's
     critic trained on the embedded model's rollouts into `workdir`), plus this
     benchmark's budget choices."""
-    out = methods.exercise_settings(name, model="embedded", workdir=workdir, budget="real")
+    out = exercise_settings(name, model="embedded", workdir=workdir, budget="real")
     for k, v in BUDGET.get(name, {}).items():
         out[k] = {**out.get(k, {}), **v}
     return out

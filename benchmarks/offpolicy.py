@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from policylab.config import config_from_dict
-from policylab.trainer import Trainer
+from policylab.trainer.config import config_from_dict
+from policylab.trainer.loop import Trainer
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -103,7 +103,7 @@ def _bench(name: str):
 def heldout(trainer, n: int, seed: int) -> dict:
     """The learner's held-out accuracy, sampled by an fp32 FastEngine on its own weights."""
     from policylab.engines.fast import FastEngine
-    from policylab.evaluate import evaluate
+    from policylab.eval.evaluate import evaluate
 
     ex = trainer.task.heldout(n)
     prompts = [trainer.encode(e.prompt) for e in ex]
@@ -118,7 +118,7 @@ def heldout(trainer, n: int, seed: int) -> dict:
 def _diagnostics(batch, trainer, band) -> dict:
     import torch
 
-    from policylab.corrections.diagnostics import ess, mismatch_stats
+    from policylab.kernels.corrections.diagnostics import ess, mismatch_stats
 
     out = {}
     m = batch.loss_mask
@@ -142,8 +142,8 @@ def _diagnostics(batch, trainer, band) -> dict:
 
 def run_one(task: dict, max_new: int, method: str, level: str, a, seed: int) -> dict:
     from policylab import methods
-    from policylab.config import config_from_dict
-    from policylab.trainer import Trainer
+    from policylab.trainer.config import config_from_dict
+    from policylab.trainer.loop import Trainer
 
     rollout, train = level_settings(level)
     with tempfile.TemporaryDirectory() as d:

@@ -1,4 +1,4 @@
-"""Time and check `policylab.prefix.SharedPrefix` (train.shared_prefix, on by default)
+"""Time and check `policylab.models.prefix.SharedPrefix` (train.shared_prefix, on by default)
 on a real batch: one prefix forward per distinct prompt vs the full forward of every row.
 
     .venv/bin/python benchmarks/prefix_share.py          # embedded model; writes results/prefix_share.{json,md}
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from policylab.logprobs import model_logprobs
-from policylab.prefix import SharedPrefix
+from policylab.models.logprobs import model_logprobs
+from policylab.models.prefix import SharedPrefix
 
 
 # ------------------------------------------------------------------------------ check
 def _fwd_bwd(fn, model, batch, order, mbs):
-    from policylab.update import trim
+    from policylab.backends.update import trim
 
     model.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
@@ -75,7 +75,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from policylab import SamplingSettings
     from policylab.engines.fast import FastEngine
-    from policylab.models import load_policy
+    from policylab.models.loading import load_policy
     from policylab.tasks.arithmetic import ArithmeticTask
 
     load_before = os.getloadavg()[0]
@@ -127,7 +127,7 @@ def main(argv=None):
                     load_before=round(load_before, 2), load_after=round(os.getloadavg()[0], 2),
                     threads=torch.get_num_threads())
         out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
-        lines = ["# Shared-prefix training forward (policylab.prefix.SharedPrefix): one forward+backward over a batch", "",
+        lines = ["# Shared-prefix training forward (policylab.models.prefix.SharedPrefix): one forward+backward over a batch", "",
                  f"Command: `{meta['command']}`; load average {meta['load_before']} before, {meta['load_after']} after.  ",
                  f"Model {a.model}, fp32; {head} (4 prompts x 8 samples, <= {a.max_new_tokens} new tokens, T = 1, seed 0).  ",
                  "Differences are against the full forward at the same micro-batch size (rows marked 'vs micro-batch' "

@@ -7,7 +7,7 @@ Peak: the best of several 2048 x 2048 matmuls (2 n^3 FLOPs each) in fp32 and in 
 
 Train phase: one batch sampled from the model (4 prompts x 8 samples, <= 48 new tokens,
 T = 1, fixed seed), then one forward + backward over it exactly as
-`policylab.update.optimizer_step` runs it (micro-batches of --micro-batch rows after sorting
+`policylab.backends.update.optimizer_step` runs it (micro-batches of --micro-batch rows after sorting
 by length, columns that are padding for the whole micro-batch trimmed, `model_logprobs`
 with entropy, backward of a sum of the log-probs), in fp32 and under bf16 autocast
 (fp32 master weights). Achieved FLOP/s = 6 x params x tokens / time, with tokens the
@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernels import machine  # noqa: E402
+from kernel_speed import machine  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -67,8 +67,8 @@ def _prompts(tokenizer, n: int, seed: int) -> list[list[int]]:
 
 def train_phase(model, batch, micro_batch: int, dtype: str) -> dict:
     """One forward+backward over `batch` as optimizer_step does it; FLOP counts and time."""
-    from policylab.logprobs import model_logprobs
-    from policylab.update import autocast, trim
+    from policylab.models.logprobs import model_logprobs
+    from policylab.backends.update import autocast, trim
 
     model.train()
     model.zero_grad(set_to_none=True)
@@ -101,8 +101,8 @@ def train_phase_prefix(model, batch, micro_batch: int, dtype: str) -> dict:
     with `train.shared_prefix` (each distinct prompt once: its keys/values and last hidden
     state; micro-batches of response tokens only, sorted by response length; the prompts'
     share of the gradient through the prefix graph once at the end)."""
-    from policylab.prefix import shared_prefix_or_none
-    from policylab.update import autocast, trim
+    from policylab.models.prefix import shared_prefix_or_none
+    from policylab.backends.update import autocast, trim
 
     model.train()
     model.zero_grad(set_to_none=True)
@@ -152,10 +152,10 @@ def gen_phase(engine, prompts, group: int, max_new: int, seed: int) -> dict:
 def run(a) -> dict:
     from policylab.engines.fast import FastEngine
     from policylab.engines.hf import HFEngine
-    from policylab.logprobs import model_logprobs
-    from policylab.models import load_policy
+    from policylab.models.logprobs import model_logprobs
+    from policylab.models.loading import load_policy
 
-    from policylab import runtime
+    from policylab.trainer import runtime
 
     if a.allocator == "keep":
         runtime.keep_freed_memory()  # as the trainer does at start-up
@@ -307,7 +307,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--allocator", default="keep", choices=("keep", "system"),
-                    help="keep: policylab.runtime.keep_freed_memory() first, as the trainer does; system: glibc defaults")
+                    help="keep: policylab.trainer.runtime.keep_freed_memory() first, as the trainer does; system: glibc defaults")
     ap.add_argument("--out", default=str(RESULTS / "utilization"), help="results path without suffix ('' = none)")
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)

@@ -6,7 +6,7 @@
 Both sides: the embedded SmolLM2-135M-Instruct (fp32 weights, fp32 training), the same
 arithmetic prompts in the same order (policylab.tasks.arithmetic.ArithmeticTask, seed
 --seed, single-digit + and x, chat template, no system prompt), the same reward
-(policylab.rewards.exact_numeric_reward on the reply text), 4 prompts x 8 samples per
+(policylab.kernels.rewards.exact_numeric_reward on the reply text), 4 prompts x 8 samples per
 step, at most 48 new tokens, temperature 1 (no top-k / top-p), learning rate 5e-6 constant,
 AdamW (0.9, 0.999), no weight decay, grad-norm clip 1.0, no reference model (TRL beta=0),
 GRPO: group-standardized advantages, PPO clip 0.2, one optimizer step per batch,
@@ -22,7 +22,7 @@ loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_data
 Each side runs in its own subprocess (`--worker <side>`), so the peak RSS of each is its own.
 Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix), "policylab-system"
 (policylab with `keep_freed_memory: false`, i.e. glibc's default allocator behaviour) and
-"trl-keep" (TRL after the same `policylab.runtime.keep_freed_memory()` call the policylab
+"trl-keep" (TRL after the same `policylab.trainer.runtime.keep_freed_memory()` call the policylab
 trainer makes at start-up: how much of the gap that process setting explains).
 Peak RSS (resource.getrusage ru_maxrss at the end of training). Step time: TRL from
 on_step_begin to on_step_end of a TrainerCallback (generation, reward, forward/backward,
@@ -59,7 +59,7 @@ def shared_prompts(n: int, seed: int):
 
 
 def model_dir(model: str) -> str:
-    from policylab.models import materialize_embedded
+    from policylab.models.loading import materialize_embedded
 
     return str(materialize_embedded()) if model == "embedded" else model
 
@@ -71,8 +71,8 @@ def peak_rss_mb() -> float:
 def heldout_eval(model, tokenizer, n: int, seed: int) -> dict:
     """Sampled (T=1) accuracy on n held-out prompts, policylab's evaluator and FastEngine."""
     from policylab.engines.fast import FastEngine
-    from policylab.evaluate import evaluate
-    from policylab.rewards import exact_numeric_reward
+    from policylab.eval.evaluate import evaluate
+    from policylab.kernels.rewards import exact_numeric_reward
     from policylab.tasks.arithmetic import ArithmeticTask
 
     task = ArithmeticTask(ops=("+", "*"), digits=1, seed=seed)
@@ -98,8 +98,8 @@ def _encode(tokenizer, prompt: str) -> list[int]:
 def worker_policylab(a) -> dict:
     import torch
 
-    from policylab.config import config_from_dict
-    from policylab.trainer import Trainer
+    from policylab.trainer.config import config_from_dict
+    from policylab.trainer.loop import Trainer
 
     plain = a.worker == "policylab-plain"  # ablation: HF generate, no shared prompt prefix
     cfg = {
@@ -145,8 +145,8 @@ def worker_trl(a) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from policylab import runtime
-    from policylab.rewards import exact_numeric_reward
+    from policylab.trainer import runtime
+    from policylab.kernels.rewards import exact_numeric_reward
 
     if a.worker == "trl-keep":
         runtime.keep_freed_memory()  # the process setting the policylab trainer applies
@@ -214,7 +214,7 @@ def worker_trl(a) -> dict:
 
 
 def _allocator() -> str:
-    from policylab import runtime
+    from policylab.trainer import runtime
 
     lim = runtime.applied_limit()
     return "glibc default" if lim is None else f"keep freed blocks <= {lim >> 20} MiB"

@@ -19,7 +19,7 @@ def methods_table() -> str:
     for name in methods.names():
         c = methods.get(name).card
         rows.append(f"| `{name}` | {c.family} | {c.summary} | {c.status} |")
-    from policylab.metric_cards import METRICS
+    from policylab.eval.cards import METRICS
 
     for name, m in sorted(METRICS.items()):  # metric cards: evaluation, not training (`policylab eval --metrics`)
         rows.append(f"| `{name}` | {m.family} | {m.summary} | {m.status} |")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from policylab import models
+from policylab.models import loading as models
 
 
 @pytest.fixture(scope="session", autouse=True)

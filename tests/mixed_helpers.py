@@ -1,6 +1,6 @@
 """Verifiers for the mixed-policy tests (task.reward = "mixed_helpers:NAME")."""
 
-from policylab.rewards.verifiers import exact_numeric_reward
+from policylab.kernels.rewards.verifiers import exact_numeric_reward
 
 
 def odd_answers_only(responses, answers, **context):

@@ -117,6 +117,6 @@ def test_methods_table_and_card():
     assert res.returncode == 0 and "2503.14476" in res.stdout and "eps_high = 0.28" in res.stdout
     # every stage with the function that runs it and its kernel's file:line (card to formula in one hop)
     assert "filter     dynamic_sampling" in res.stdout
-    assert "kernel policylab.objectives.ppo.ppo_clip  policylab/objectives/ppo.py:" in res.stdout
+    assert "kernel policylab.kernels.objectives.ppo.ppo_clip  policylab/kernels/objectives/ppo.py:" in res.stdout
     res = _cli("methods", "dapoo")
     assert res.returncode == 2 and "Did you mean: dapo" in res.stderr

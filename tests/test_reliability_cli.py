@@ -74,7 +74,7 @@ def test_eval_of_a_received_pickle_checkpoint_does_not_run_its_payload(trained_r
 def test_a_converted_old_checkpoint_resumes(trained_run, tmp_path):
     run = _copy_run(trained_run, tmp_path)
     step = run / "checkpoints" / "step_000002"
-    from policylab import safestate
+    from policylab.trainer import safestate
 
     state = safestate.load_state(step)
     for f in ("state.json", "state.safetensors"):
@@ -184,7 +184,7 @@ def test_a_cut_last_metrics_line_is_repaired_on_resume_and_skipped_by_readers(tr
     with open(run / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 3, "reward/me')  # killed mid-write
     from policylab.errors import PolicylabWarning
-    from policylab.runlog import read_metrics
+    from policylab.trainer.runlog import read_metrics
 
     with pytest.warns(PolicylabWarning, match="its last line, which was cut"):
         rows = read_metrics(run / "metrics.jsonl")
@@ -237,8 +237,8 @@ def test_no_room_for_a_checkpoint_is_found_before_step_1(tiny_model_dir, tmp_pat
     assert_one_clear_error(res, "not enough disk space for a checkpoint", "MiB are free", "nothing was trained")
     assert not (run / "metrics.jsonl").exists()
     # nothing half-made is left in the way of the next attempt
-    from policylab.config import load_config
-    from policylab.run import check_new_run_dir
+    from policylab.trainer.config import load_config
+    from policylab.trainer.run import check_new_run_dir
 
     assert check_new_run_dir(load_config(cfg)) == []
 
@@ -440,7 +440,7 @@ def test_resume_set_without_equals(trained_run, tmp_path):
 
 def test_train_seconds_count_every_part_of_a_resumed_run(trained_run, tmp_path):
     run = _copy_run(trained_run, tmp_path)
-    from policylab import safestate
+    from policylab.trainer import safestate
 
     first = safestate.load_state(run / "checkpoints" / "step_000002")["run"]
     # a run killed after its checkpoint has no train_seconds in its report yet

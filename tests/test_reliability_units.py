@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from policylab import memory
-from policylab.config import ConfigError, load_config
+from policylab.trainer import memory
+from policylab.trainer.config import ConfigError, load_config
 from policylab.errors import MemoryBudgetError, PolicylabError, PolicylabWarning, UntrustedImportError
 
 
@@ -62,7 +62,7 @@ def test_available_memory_can_be_faked_for_tests(monkeypatch):
 
 
 def test_trainer_refuses_a_step_that_will_not_fit_and_says_what_to_lower(tiny_model_dir, tmp_path, monkeypatch):
-    from policylab.trainer import Trainer
+    from policylab.trainer.loop import Trainer
 
     from trainer_utils import tiny_config
 
@@ -106,8 +106,8 @@ def test_config_refusals(tmp_path):
 
 
 def test_resume_change_policy():
-    from policylab.config import RunConfig
-    from policylab.run import resume_changes
+    from policylab.trainer.config import RunConfig
+    from policylab.trainer.run import resume_changes
 
     cfg = RunConfig()
     new, changes = resume_changes(cfg, ["train.steps=40", "eval.n=10", "log.checkpoint_every=5", "method=grpo"])
@@ -120,18 +120,18 @@ def test_resume_change_policy():
 
 
 def test_imports_are_listed_and_outside_policylab_refused():
-    from policylab.config import TaskConfig
-    from policylab.taskrun import check_imports
+    from policylab.trainer.config import TaskConfig
+    from policylab.tasks.source import check_imports
 
-    cfg = TaskConfig(reward="my_pkg.rewards:score", extra_rewards=("policylab.rewards:format_reward=0.5",))
+    cfg = TaskConfig(reward="my_pkg.rewards:score", extra_rewards=("policylab.kernels.rewards:format_reward=0.5",))
     said = []
     with pytest.raises(UntrustedImportError, match=r"`my_pkg.rewards` \(task.reward = 'my_pkg.rewards:score'\)"):
         check_imports(cfg, "run/config.yaml", allow=False, say=said.append)
     assert said == []  # refused before anything was said or imported
-    assert check_imports(cfg, "run/config.yaml", allow=True, say=said.append) == ["my_pkg.rewards", "policylab.rewards"]
-    assert said and "my_pkg.rewards" in said[0] and "policylab.rewards" in said[0]
-    ok = TaskConfig(extra_rewards=("policylab.rewards:format_reward=0.5",))
-    assert check_imports(ok, "x", allow=False) == ["policylab.rewards"]
+    assert check_imports(cfg, "run/config.yaml", allow=True, say=said.append) == ["my_pkg.rewards", "policylab.kernels.rewards"]
+    assert said and "my_pkg.rewards" in said[0] and "policylab.kernels.rewards" in said[0]
+    ok = TaskConfig(extra_rewards=("policylab.kernels.rewards:format_reward=0.5",))
+    assert check_imports(ok, "x", allow=False) == ["policylab.kernels.rewards"]
     lookalike = TaskConfig(reward="policylab_evil:f")
     with pytest.raises(UntrustedImportError):
         check_imports(lookalike, "x", allow=False)
@@ -141,7 +141,7 @@ def test_imports_are_listed_and_outside_policylab_refused():
 
 # ---------------------------------------------------------------------------- files
 def test_a_cut_metrics_line_is_moved_aside_when_the_log_is_opened(tmp_path):
-    from policylab.runlog import RunLog, read_records
+    from policylab.trainer.runlog import RunLog, read_records
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "a": 1}\n{"step": 2, "a"')
@@ -157,7 +157,7 @@ def test_a_cut_metrics_line_is_moved_aside_when_the_log_is_opened(tmp_path):
 
 
 def test_resume_events_do_not_replace_step_rows(tmp_path):
-    from policylab.runlog import read_metrics
+    from policylab.trainer.runlog import read_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n{"event": "resumed_from", "step": 2}\n')
@@ -182,7 +182,7 @@ def test_jsonl_warnings_and_utf8(tmp_path):
 def test_directories_that_are_not_models(tmp_path, tiny_model_dir):
     import shutil
 
-    from policylab.models import ModelNotFoundError, check_model_dir, load_policy
+    from policylab.models.loading import ModelNotFoundError, check_model_dir, load_policy
 
     check_model_dir(tiny_model_dir)  # a real one passes
     d = tmp_path / "tok"

@@ -1,6 +1,6 @@
 """Shared helpers for trainer tests: a tiny config that runs in seconds."""
 
-from policylab.config import config_from_dict
+from policylab.trainer.config import config_from_dict
 
 
 def tiny_config(model_dir, run_dir, **sections):
@@ -44,3 +44,14 @@ def nan_reward(responses, answers, **context):
 def short_bonus(responses, answers, **context):
     """A shaping term that does not apply to empty responses (None = not applicable)."""
     return [None if not r else 1.0 / (1 + len(r)) for r in responses]
+
+
+# verifiers named by import path in run configs of the tests ("trainer_utils:gold_or_even")
+def gold_or_even(responses, answers, **context):
+    """A verifier for a random model: the reference answer scores 1 (so the base accuracy
+    is measurable), and so does any reply of even length (mixed outcomes: learning signal)."""
+    return [1.0 if r.strip() == str(a) or len(r) % 2 == 0 else 0.0 for r, a in zip(responses, answers)]
+
+
+def zero_reward(responses, answers, **context):
+    return [0.0] * len(responses)

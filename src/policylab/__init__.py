@@ -8,8 +8,8 @@ which policy it is compared against (`logp_old`, `logp_ref`) and which policy le
     from policylab import advantages, objectives, corrections, kl, aggregate, methods
 """
 
-from .batch import RolloutBatch, SamplingSettings
-from .errors import (
+from policylab.batch import RolloutBatch, SamplingSettings
+from policylab.errors import (
     BatchReuseError,
     GroupError,
     MissingQuantityError,
@@ -32,10 +32,26 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # lazy submodules: `policylab.advantages` etc. need only torch
+# The public API's module names (`from policylab import advantages, kl, ...`), resolved
+# lazily so that `import policylab` needs only torch.
+_PUBLIC_MODULES = {
+    "advantages": "policylab.kernels.advantages",
+    "objectives": "policylab.kernels.objectives",
+    "corrections": "policylab.kernels.corrections",
+    "kl": "policylab.kernels.kl",
+    "aggregate": "policylab.kernels.aggregate",
+    "filters": "policylab.kernels.filters",
+    "rewards": "policylab.kernels.rewards",
+    "metrics": "policylab.kernels.metrics",
+    "logprobs": "policylab.models.logprobs",
+    "methods": "policylab.methods",
+    "tasks": "policylab.tasks",
+}
+
+
+def __getattr__(name):
     import importlib
 
-    if name in {"advantages", "objectives", "corrections", "kl", "aggregate", "methods",
-                "logprobs", "rewards", "filters", "tasks", "metrics"}:
-        return importlib.import_module(f".{name}", __name__)
+    if name in _PUBLIC_MODULES:
+        return importlib.import_module(_PUBLIC_MODULES[name])
     raise AttributeError(f"module 'policylab' has no attribute {name!r}")

@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._checks import check_finite, check_mask, group_index
-from .errors import MissingQuantityError, PolicylabError, ShapeError
+from policylab.kernels.checks import check_finite, check_mask, group_index
+from policylab.errors import MissingQuantityError, PolicylabError, ShapeError
 
 SOURCE_KINDS = ("native", "demonstration", "gold", "guided", "expert", "peer", "external", "hinted", "perturbed")
 LEARNER = "policy"  # the producer id of the learner's own weights
@@ -88,7 +88,7 @@ HOW_TO_PRODUCE = {
     "does, under the sampler's temperature/top-k/top-p); it cannot be rebuilt later unless "
     "the exact behavior engine and weights are kept.",
     "logp_old": "Recompute it with the training forward at the sampling weights "
-    "(policylab.logprobs.token_logprobs) before the first update; never pass `logp` or "
+    "(policylab.models.logprobs.token_logprobs) before the first update; never pass `logp` or "
     "`logp_behavior` in its place.",
     "logp_ref": "Run the reference model's forward over the batch (the trainer loads a "
     "reference model when a KL term is configured).",
@@ -96,7 +96,7 @@ HOW_TO_PRODUCE = {
     "the trainer does so for methods that declare it.",
     "values": "Run the critic over the batch at rollout time (methods `ppo` and `vapo` "
     "train a value head).",
-    "rewards": "Score the responses with a reward function (policylab.rewards).",
+    "rewards": "Score the responses with a reward function (policylab.kernels.rewards).",
     "token_rewards": "Build per-token rewards, e.g. the outcome reward at the last valid "
     "token plus any per-token KL shaping.",
     "reward_vectors": "Score each response with D reward functions and stack them [B, D].",
@@ -118,7 +118,7 @@ class SamplingSettings:
     top_k: int = 0  # 0 = no top-k truncation
     # () = the whole vocabulary; otherwise the only token ids the sampler may emit (a menu of
     # single-token labels): logits outside it are -inf before the softmax, in the engines and
-    # in every log-prob computed for the batch (`policylab.logprobs.restrict_to`)
+    # in every log-prob computed for the batch (`policylab.models.logprobs.restrict_to`)
     allowed_ids: tuple[int, ...] = ()
 
     def __post_init__(self):

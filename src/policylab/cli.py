@@ -29,9 +29,10 @@ from pathlib import Path
 
 
 def _methods(args) -> int:
-    from . import methods
-    from .metric_cards import METRICS
-    from .methods.cards import card_text, literature_card_text, metric_card_text, metric_table_text, table_text
+    from policylab import methods
+    from policylab.eval.cards import METRICS
+    from policylab.eval.cards import metric_card_text, metric_table_text
+    from policylab.methods.cards import card_text, literature_card_text, table_text
 
     if args.name in methods.LITERATURE:
         print(literature_card_text(args.name, methods.LITERATURE[args.name]))
@@ -47,7 +48,7 @@ def _methods(args) -> int:
 
 
 def _integrations(args) -> int:
-    from .integrations.status import report
+    from policylab.integrations.status import report
 
     text, ok = report(args.python, args.method)
     print(text)
@@ -55,9 +56,9 @@ def _integrations(args) -> int:
 
 
 def _train(args) -> int:
-    from .config import load_config
-    from .run import _note, train
-    from .taskrun import check_imports
+    from policylab.trainer.config import load_config
+    from policylab.trainer.run import _note, train
+    from policylab.tasks.source import check_imports
 
     cfg = load_config(args.config, args.set or [])
     # the user's own config: its modules are named, and allowed
@@ -67,9 +68,9 @@ def _train(args) -> int:
 
 
 def _compare(args) -> int:
-    from .compare import compare, load_plan
-    from .run import _note
-    from .taskrun import check_imports
+    from policylab.experiments.compare import compare, load_plan
+    from policylab.trainer.run import _note
+    from policylab.tasks.source import check_imports
 
     plan = load_plan(args.config)
     # the user's own config: its modules are named, and allowed
@@ -79,7 +80,7 @@ def _compare(args) -> int:
 
 
 def _resume(args) -> int:
-    from .run import resume
+    from policylab.trainer.run import resume
 
     resume(args.run_dir, args.set or [], allow_imports=args.allow_imports, from_checkpoint=args.from_checkpoint)
     return 0
@@ -88,18 +89,24 @@ def _resume(args) -> int:
 def _eval(args) -> int:
     import json
 
-    from .checkpoint import checkpoint_from, damaged, latest_checkpoint, load_checkpoint, verify_checkpoint
-    from .config import ConfigError
-    from .errors import CheckpointError
-    from .run import load_received_run
-    from .trainer import Trainer
+    from policylab.trainer.checkpoint import (
+        checkpoint_from,
+        damaged,
+        latest_checkpoint,
+        load_checkpoint,
+        verify_checkpoint,
+    )
+    from policylab.errors import ConfigError
+    from policylab.errors import CheckpointError
+    from policylab.trainer.run import load_received_run
+    from policylab.trainer.loop import Trainer
 
     run_dir = Path(args.run_dir)
     if args.n is not None and args.n < 1:
         raise ConfigError(f"--n must be >= 1 (held-out prompts), got {args.n}")
     metrics = None
     if args.metrics is not None:
-        from .eval_metrics import parse_metrics
+        from policylab.eval.suite import parse_metrics
 
         metrics = parse_metrics(args.metrics)
     cfg = load_received_run(run_dir, allow_imports=args.allow_imports)
@@ -118,7 +125,7 @@ def _eval(args) -> int:
         except CheckpointError as exc:
             raise damaged(run_dir, ckpt, str(exc)) from None
     trainer = Trainer(cfg)
-    from .memory import check_eval
+    from policylab.trainer.memory import check_eval
 
     check_eval(trainer)
     if metrics:
@@ -136,7 +143,7 @@ def _eval(args) -> int:
 
 def _eval_overrides(cfg, args) -> None:
     """--samples and --k replace eval.samples and eval.k (validated like the config)."""
-    from .config import ConfigError, validate
+    from policylab.trainer.config import ConfigError, validate
 
     if args.samples is not None:
         if args.samples < 1:
@@ -158,9 +165,9 @@ def _eval_metrics(trainer, run_dir, ckpt, metrics, args) -> int:
     report.json ("eval_metrics") and plots/reliability.png."""
     import json
 
-    from . import eval_metrics as em
-    from .checkpoint import load_checkpoint
-    from .run import _write_report, _read_report
+    from policylab.eval import suite as em
+    from policylab.trainer.checkpoint import load_checkpoint
+    from policylab.trainer.run import _write_report, _read_report
 
     ks = tuple(trainer.cfg.eval.k)
     base = em.measure(trainer, "base", metrics)
@@ -205,7 +212,7 @@ def _plain_eval(res):
 
 
 def _convert(args) -> int:
-    from .checkpoint import convert_legacy
+    from policylab.trainer.checkpoint import convert_legacy
 
     for p in convert_legacy(args.run_dir, trust=args.i_trust_this_file):
         print(f"converted {p}: state.json + state.safetensors written (state.pt left in place, no longer read)")
@@ -218,7 +225,7 @@ PIPELINES = ("ppo_rlhf", "fusion")
 def _pipeline(args) -> int:
     import importlib
 
-    from .run import _console
+    from policylab.trainer.run import _console
 
     mod = importlib.import_module({"ppo_rlhf": ".pipelines.rlhf", "fusion": ".pipelines.fusion"}[args.name],
                                   "policylab")
@@ -231,9 +238,9 @@ def _pipeline(args) -> int:
 def _train_critic(args) -> int:
     from pathlib import Path
 
-    from .config import ConfigError, load_config
-    from .critic_training import train_frozen_critic
-    from .taskrun import check_imports
+    from policylab.trainer.config import ConfigError, load_config
+    from policylab.trainer.critic_training import train_frozen_critic
+    from policylab.tasks.source import check_imports
 
     cfg = load_config(args.config, args.set or [])
     check_imports(cfg.task, args.config, allow=True)
@@ -284,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="required: converting unpickles state.pt, which runs any code it contains")
     c.set_defaults(fn=_convert)
     cp = sub.add_parser("compare", help="run methods x seeds on one model, task and budget; write one report")
-    cp.add_argument("config", help="a compare config (see policylab.compare)")
+    cp.add_argument("config", help="a compare config (see policylab.experiments.compare)")
     cp.add_argument("--plan", action="store_true", help="check the config and show the runs and their state; run nothing")
     cp.add_argument("--report-only", action="store_true", help="write the report from the finished runs; run nothing")
     cp.set_defaults(fn=_compare)
@@ -312,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check verl with this interpreter (e.g. .venv-verl/bin/python), the way its workers load it")
     i.add_argument("--method", default=None, metavar="NAME", help="also print what verl needs to run NAME")
     i.set_defaults(fn=_integrations)
-    from .learn.cli import add_subcommands
+    from policylab.learn.cli import add_subcommands
 
     add_subcommands(sub)  # quiz, explain, site
     return p
@@ -323,7 +330,7 @@ def _one_line(text: str) -> str:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    from .errors import PolicylabWarning
+    from policylab.errors import PolicylabWarning
 
     if issubclass(category, PolicylabWarning):
         print(f"policylab: warning: {_one_line(message)}", file=sys.stderr, flush=True)
@@ -345,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         _default_showwarning = warnings.showwarning
         warnings.showwarning = _show_warning
     args = build_parser().parse_args(argv)
-    from .errors import PolicylabError, RunInterrupted
+    from policylab.errors import PolicylabError, RunInterrupted
 
     try:
         return args.fn(args)

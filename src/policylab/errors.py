@@ -6,6 +6,11 @@ class PolicylabError(ValueError):
     """Base class of every policylab input error."""
 
 
+class ConfigError(PolicylabError):
+    """A configuration key or value that cannot be used: the message names the key, the
+    value and what is accepted."""
+
+
 class MissingQuantityError(PolicylabError):
     """A method needs a quantity (a role's log-probs, values, rewards ...) the batch lacks.
 

@@ -27,7 +27,7 @@ def _load(name: str):
 
 
 def test_kernels_benchmark_tiny(tmp_path):
-    kernels = _load("kernels")
+    kernels = _load("kernel_speed")
     runs = kernels.main(["--B", "256", "--T", "16", "--G", "16", "--reps", "1", "--allocators", "system",
                          "--out", str(tmp_path / "k")])
     rows = runs["system"]
@@ -39,14 +39,14 @@ def test_kernels_benchmark_tiny(tmp_path):
 
 
 def test_kernels_benchmark_refuses_allocators_out_of_order():
-    kernels = _load("kernels")
+    kernels = _load("kernel_speed")
     with pytest.raises(SystemExit, match="in that order"):
         kernels.main(["--allocators", "keep,system", "--out", ""])
 
 
 def test_kernels_benchmark_refuses_a_wrong_kernel(monkeypatch):
     """The equality check before timing can fail: a naive loop with another formula."""
-    kernels = _load("kernels")
+    kernels = _load("kernel_speed")
     monkeypatch.setattr(kernels, "naive_rloo", lambda r, g: kernels.naive_grpo(r, g))
     with pytest.raises(AssertionError, match="rloo: kernel != naive loop"):
         kernels.run(64, 4, 8, reps=1)

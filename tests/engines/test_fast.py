@@ -12,7 +12,7 @@ from policylab import SamplingSettings
 from policylab.engines.fast import FastEngine
 from policylab.engines.hf import HFEngine
 from policylab.errors import ShapeError
-from policylab.logprobs import model_logprobs
+from policylab.models.logprobs import model_logprobs
 
 EOS = 2  # SmolLM2: <|im_end|> is both eos and pad
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 300], [1, 40, 41, 42]]

@@ -9,7 +9,7 @@ from torch.testing import assert_close
 from policylab import SamplingSettings
 from policylab.engines import HFEngine
 from policylab.errors import ShapeError
-from policylab.logprobs import model_logprobs
+from policylab.models.logprobs import model_logprobs
 
 EOS = 2  # SmolLM2: <|im_end|> is both eos and pad
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 300], [1, 40, 41, 42]]

@@ -13,8 +13,8 @@ from policylab import SamplingSettings
 from policylab.engines.fast import FastEngine
 from policylab.engines.hf import HFEngine
 from policylab.errors import NonFiniteError, ShapeError
-from policylab.logprobs import model_logprobs, model_logprobs_at, restrict_to, token_logprobs
-from policylab.prefix import shared_prefix_or_none
+from policylab.models.logprobs import model_logprobs, model_logprobs_at, restrict_to, token_logprobs
+from policylab.models.prefix import shared_prefix_or_none
 
 MENU = (32, 33, 34, 35)  # four arbitrary ids of the tiny model's vocabulary
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 300], [1, 40, 41, 42]]

@@ -14,7 +14,7 @@ from torch.testing import assert_close
 from policylab import SamplingSettings
 from policylab.engines.fast import FastEngine
 from policylab.engines.quant import fake_quantize, quantize_codes
-from policylab.logprobs import model_logprobs
+from policylab.models.logprobs import model_logprobs
 
 PROMPTS = [[1, 5, 6, 7, 8, 9], [1, 300], [1, 40, 41, 42]]
 
@@ -144,8 +144,8 @@ def test_quantized_engine_bad_settings(tiny_model, tokenizer):
 def test_trainer_samples_with_the_quantized_engine(tiny_model_dir, tmp_path):
     from trainer_utils import tiny_config
 
-    from policylab.config import ConfigError
-    from policylab.trainer import Trainer
+    from policylab.errors import ConfigError
+    from policylab.trainer.loop import Trainer
 
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="tis", rollout={"engine_dtype": "int4"})
     tr = Trainer(cfg)

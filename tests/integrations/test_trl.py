@@ -134,7 +134,7 @@ def _free_port() -> int:
 def test_two_process_data_parallel_update_equals_one_process(tmp_path, tiny_model_dir, method):
     from safetensors.torch import load_file
 
-    from policylab import models
+    from policylab.models import loading as models
 
     env = {**os.environ, "PYTHONPATH": str(HERE), "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one.safetensors", tmp_path / "two.safetensors"

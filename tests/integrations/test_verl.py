@@ -27,8 +27,8 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 from verl.workers.utils.losses import ppo_loss  # noqa: E402
 
-from policylab import advantages as A  # noqa: E402
-from policylab import aggregate as agg  # noqa: E402
+from policylab.kernels import advantages as A  # noqa: E402
+from policylab.kernels import aggregate as agg  # noqa: E402
 from policylab.errors import PolicylabError  # noqa: E402
 from policylab.integrations import hosting  # noqa: E402
 from policylab.integrations import verl as PV  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from policylab import advantages
+from policylab.kernels import advantages
 
 
 def fx_group_advantages(rewards, std="unbiased"):

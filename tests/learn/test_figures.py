@@ -14,11 +14,12 @@ import shutil
 import pytest
 import torch
 
-from policylab import advantages, corrections, methods, objectives
+from policylab.kernels import advantages, corrections, objectives
+from policylab import methods
 from policylab.learn import figures, quiz
 from policylab.learn.figures import render
-from policylab.learn.figures._common import grid
-from policylab.rewards import overlong_penalty
+from policylab.learn.figures.common import grid
+from policylab.kernels.rewards import overlong_penalty
 
 F64 = torch.float64
 

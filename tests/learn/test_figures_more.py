@@ -10,9 +10,9 @@ from torch.testing import assert_close
 
 from policylab import methods
 from policylab.learn import figures
-from policylab.objectives import conspo as conspo_k
-from policylab.objectives import erpo as erpo_k
-from policylab.objectives import zcpo as zcpo_k
+from policylab.kernels.objectives import conspo as conspo_k
+from policylab.kernels.objectives import erpo as erpo_k
+from policylab.kernels.objectives import zcpo as zcpo_k
 
 F = torch.float64
 

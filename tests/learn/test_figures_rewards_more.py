@@ -9,9 +9,9 @@ import math
 import torch
 
 from policylab.learn import figures as F
-from policylab.rewards import calibration as cal
-from policylab.rewards import critic_reward as crit
-from policylab.rewards import distribution as dist
+from policylab.kernels.rewards import calibration as cal
+from policylab.kernels.rewards import critic_reward as crit
+from policylab.kernels.rewards import distribution as dist
 
 
 def _series(fig, panel, label_start):

@@ -8,9 +8,9 @@ import math
 import torch
 
 from policylab import methods
-from policylab.advantages import grpo
+from policylab.kernels.advantages import grpo
 from policylab.learn.figures import figure
-from policylab.testtime import probe_erpo_advantages
+from policylab.kernels.testtime import probe_erpo_advantages
 
 
 def test_ttpo_points_are_the_split_weights():

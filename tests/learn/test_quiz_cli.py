@@ -61,7 +61,7 @@ def test_explain_prints_card_formula_and_examples(fixture_bank):
     quiz.explain("rloo", "en", stdout=out, bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
     text = out.getvalue()
     assert text.startswith(card_text(methods.get("rloo")))
-    assert "advantage: policylab.advantages.rloo.rloo\n    A_i = r_i − (1/(K−1))" in text
+    assert "advantage: policylab.kernels.advantages.rloo.rloo\n    A_i = r_i − (1/(K−1))" in text
     assert text.count("    advantages = [0.7500, -0.7500, 0.0000]") == 4
     assert "[rloo vs grpo · comparison] rloo-comparison" in text
 

@@ -62,15 +62,15 @@ def test_kernels_resolve_to_source_lines(name):
 def test_sis_shows_its_own_kernel_not_only_the_host():
     # the rejection test is SIS's math: its card and formula name corrections.sis beside the PPO host
     names = [k.qualname for k in anatomy.kernels(methods.get("sis"))]
-    assert "policylab.corrections.sis.sis" in names and "policylab.objectives.ppo.ppo_clip" in names
+    assert "policylab.kernels.corrections.sis.sis" in names and "policylab.kernels.objectives.ppo.ppo_clip" in names
 
 
 def test_formula_comes_from_the_docstring():
     kernels = {k.stage: k for k in anatomy.kernels(methods.get("rloo"))}
     adv, obj = kernels["advantage"], kernels["objective"]
-    assert adv.qualname == "policylab.advantages.rloo.rloo"
-    assert adv.formula.splitlines()[0] in inspect.getdoc(__import__("policylab.advantages.rloo", fromlist=["x"]).rloo)
-    assert obj.qualname == "policylab.objectives.reinforce.reinforce"
+    assert adv.qualname == "policylab.kernels.advantages.rloo.rloo"
+    assert adv.formula.splitlines()[0] in inspect.getdoc(__import__("policylab.kernels.advantages.rloo", fromlist=["x"]).rloo)
+    assert obj.qualname == "policylab.kernels.objectives.reinforce.reinforce"
 
 
 def test_comparison_table_covers_the_registry():

@@ -97,7 +97,7 @@ def fixture_site(tmp_path_factory):
 def test_pages_written(fixture_site):
     _, out = fixture_site
     for name in ["index.html", "compare.html", "topics.html", "method-grpo.html", "method-rloo.html",
-                 "source/policylab/advantages/grpo.py.html", "source/policylab/objectives/reinforce.py.html",
+                 "source/policylab/kernels/advantages/grpo.py.html", "source/policylab/kernels/objectives/reinforce.py.html",
                  "figures/grpo.en.svg", "figures/grpo.zh.svg", "figures/rloo.en.svg", "figures/rloo.zh.svg",
                  "overlay-clipped-objectives.html", "figures/overlay-clipped-objectives.zh.svg"]:
         assert (out / name).is_file(), name

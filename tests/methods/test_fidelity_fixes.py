@@ -18,7 +18,7 @@ from policylab.errors import NonFiniteError, PolicylabError
 from policylab.methods.spec import RunShape
 from policylab.methods.stages import rewards as reward_stages
 from policylab.methods.stages.rewards import overlong_cache
-from policylab.trainer import Trainer
+from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 
@@ -101,7 +101,7 @@ def test_ttrl_ineligible_groups_stay_nan_until_the_eligibility_filter():
     assert changes["outcome"]["eligible"].tolist() == [True, True, False, False]
     scored = batch.replace(rewards=r, outcome=changes["outcome"]).validate()  # NaN allowed where not eligible
     # without the filter, the advantage stage fails loudly on the NaN instead of training on a 0
-    from policylab import advantages
+    from policylab.kernels import advantages
 
     with pytest.raises(NonFiniteError, match="rewards"):
         advantages.grpo(scored.rewards, scored.group, std="unbiased")

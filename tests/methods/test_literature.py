@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from policylab import methods
-from policylab.config import ConfigError, config_from_dict
+from policylab.trainer.config import ConfigError, config_from_dict
 from policylab.methods.registry import LiteratureOnlyError
 
 

@@ -9,17 +9,18 @@ import dataclasses
 import pytest
 import torch
 
+from policylab.experiments.exercise import exercise_settings
 from policylab import methods
-from policylab import sandbox as sb
-from policylab.frozen_critic import CriticError, FrozenCritic
-from policylab.methods.stages import rewards_more as rm
-from policylab.trainer import Trainer
+from policylab.sandbox import runner as sb
+from policylab.models.frozen_critic import CriticError, FrozenCritic
+from policylab.methods.stages import rich_rewards as rm
+from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 
 
 def _trainer(tiny_model_dir, tmp_path, name, **sections):
-    ex = methods.exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
+    ex = exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
     params = {**ex.pop("method_params", {}), **sections.pop("method_params", {})}
     merged = {k: {**ex.get(k, {}), **sections.get(k, {})} for k in set(ex) | set(sections)}
     return Trainer(tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params=params, **merged))
@@ -115,7 +116,7 @@ def test_rlcr_stage_penalty_path_and_separate_logging(tiny_model_dir, tmp_path):
 
 
 def test_mad_rl_stage_maps_classes_and_keeps_invalid_replies(tiny_model_dir, tmp_path):
-    from policylab.rewards.distribution import mad_rl_rewards
+    from policylab.kernels.rewards.distribution import mad_rl_rewards
 
     tr = _trainer(tiny_model_dir, tmp_path, "mad_rl", rollout={"group_size": 4})
     s, ctx = _sampled(tr, 1)
@@ -246,14 +247,14 @@ def test_rfpo_state_is_the_critic_path_and_refuses_another_critic(tiny_model_dir
 
 
 def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model_dir, tmp_path, tokenizer):
-    from policylab import models
+    from policylab.models import loading as models
     from policylab.methods.spec import RunShape
 
     with pytest.raises(Exception, match="train-critic"):  # when the run's state is built, before any rollout
         methods.get("rfpo").with_params({}, RunShape()).state_objects(0)
     with pytest.raises(Exception, match="no critic.json"):
         methods.get("rfpo").with_params({"critic_path": str(tmp_path)}, RunShape())
-    path = methods.exercise_settings("rfpo", model=str(tiny_model_dir), workdir=tmp_path)["method_params"]["critic_path"]
+    path = exercise_settings("rfpo", model=str(tiny_model_dir), workdir=tmp_path)["method_params"]["critic_path"]
     other = models.tiny_llama(tokenizer, seed=1)
     with pytest.raises(CriticError, match="other base weights"):
         FrozenCritic(path, base=other)

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from policylab.experiments.exercise import exercise_settings
 from policylab import methods
-from policylab.trainer import Trainer
+from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 
@@ -205,7 +206,7 @@ def test_update_does_not_depend_on_the_micro_batch_size(name, tiny_model_dir, tm
     # batch (8 rows, 2 groups of 4), the whole batch as one optimizer step: one row per
     # micro-batch vs all eight at once must give the same gradient, whatever the method
     # computes across the rows of a group
-    exercise = methods.exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
+    exercise = exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
     sections = {k: {**_BASE.get(k, {}), **exercise.get(k, {})} for k in ("rollout", "train")}
     sections["train"]["minibatches"] = 1  # the whole batch is the optimizer step here
     cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name,

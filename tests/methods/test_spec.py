@@ -91,7 +91,7 @@ def _method_words():
     return words
 
 
-@pytest.mark.parametrize("module", ["trainer.py", "update.py", "rollout.py"])
+@pytest.mark.parametrize("module", ["trainer/loop.py", "backends/update.py", "trainer/rollout.py"])
 def test_trainer_update_rollout_name_no_method_and_no_method_parameter(module):
     """The loop knows stage kinds, never which method runs: no method id and no method
     parameter appears as a string literal or attribute in these modules."""
@@ -119,8 +119,8 @@ def test_no_hidden_parameter_default_anywhere_in_the_package():
 
 
 def test_a_stage_that_writes_an_undeclared_field_is_refused(tiny_model_dir, tmp_path):
-    from policylab.rollout import apply_changes
-    from policylab.trainer import Trainer
+    from policylab.trainer.rollout import apply_changes
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
@@ -149,7 +149,7 @@ def test_composed_methods_reuse_the_host_objective():
     for name in ("tis", "icepop", "kpop", "mis", "minirl", "missing_old_logits", "sis", "gmc"):
         assert methods.get(name).objective is losses.PPO_CLIP, name
     assert methods.get("online_icepop").objective is losses.UNIT_POLICY_GRADIENT
-    assert not (SRC / "corrections" / "_host.py").exists()
+    assert not (SRC / "kernels" / "corrections" / "_host.py").exists()
 
 
 # ----------------------------------------------------------------------------- gradient stage seam
@@ -158,7 +158,7 @@ def test_composed_methods_reuse_the_host_objective():
 def test_gradient_stages_run_between_backward_and_the_step(tiny_model_dir, tmp_path):
     """A method with a gradient stage: it sees the accumulated gradient (after the last
     micro-batch's backward) and what it does to it is what the optimizer applies."""
-    from policylab.trainer import Trainer
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     seen = []
@@ -192,7 +192,7 @@ def test_gradient_stages_run_between_backward_and_the_step(tiny_model_dir, tmp_p
 
 def test_local_backends_implement_the_protocols(tiny_model_dir, tmp_path):
     from policylab.backends import PolicyWorker, RolloutBackend
-    from policylab.trainer import Trainer
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "b"))
@@ -200,7 +200,7 @@ def test_local_backends_implement_the_protocols(tiny_model_dir, tmp_path):
 
 
 def test_rollout_backend_refuses_a_version_it_was_not_synced_to(tiny_model_dir, tmp_path):
-    from policylab.trainer import Trainer
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "v", rollout={"group_size": 4}))

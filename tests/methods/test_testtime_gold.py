@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from policylab.trainer import Trainer
+from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 

@@ -11,17 +11,18 @@ import pytest
 import torch
 import yaml
 
-from policylab import methods, models
-from policylab.config import ConfigError, config_from_dict
+from policylab import methods
+from policylab.models import loading as models
+from policylab.trainer.config import ConfigError, config_from_dict
 from policylab.errors import PolicylabError, ShapeError
-from policylab.learn.figures._common import bare_batch, stage_context
+from policylab.learn.figures.common import bare_batch, stage_context
 from policylab.methods.loss import policy_loss, tensor_inputs
-from policylab.mixedpolicy import kernels as K
+from policylab.kernels import mixed as K
 from policylab.pipelines import fusion
 from policylab.tasks.example import Example
 from policylab.tasks.mixture import DOMAINS, MixtureTask, domain_of
 from policylab.tasks.sequence import SequenceTask
-from policylab.trainer import Trainer
+from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 
@@ -238,7 +239,7 @@ def test_mixture_config_refusals(tmp_path, task, match):
 
 
 def test_sequence_and_mixture_build_through_the_task_config(tmp_path):
-    from policylab.taskrun import build_task
+    from policylab.tasks.source import build_task
 
     for name in ("sequence", "mixture"):
         cfg = config_from_dict({"run_dir": str(tmp_path), "task": {"name": name}})

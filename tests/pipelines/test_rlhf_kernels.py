@@ -9,15 +9,16 @@ import math
 import pytest
 import torch
 
-from policylab import kl, methods
-from policylab.advantages import gae as gae_kernel
+from policylab.kernels import kl
+from policylab import methods
+from policylab.kernels.advantages import gae as gae_kernel
 from policylab.errors import PolicylabError, ShapeError
-from policylab.learn.figures._common import stage_context
+from policylab.learn.figures.common import stage_context
 from policylab.methods.loss import policy_loss, tensor_inputs
 from policylab.methods.stages.advantages import token_rewards
-from policylab.pipelines import preferences
-from policylab.pipelines.reward_model import pairwise_loss
-from policylab.rollout import apply_changes
+from policylab.tasks import preferences
+from policylab.models.reward_model import pairwise_loss
+from policylab.trainer.rollout import apply_changes
 from policylab.tasks.arithmetic import ArithmeticTask
 from policylab.tasks.guidance import GuidanceError
 

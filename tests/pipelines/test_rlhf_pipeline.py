@@ -12,14 +12,14 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from policylab import models
+from policylab.models import loading as models
 from policylab.cli import main
-from policylab.config import ConfigError
+from policylab.errors import ConfigError
 from policylab.errors import PolicylabError, RunDirError
 from policylab.pipelines import rlhf
-from policylab.pipelines.reward_model import RewardModel, load_reward_model
+from policylab.models.reward_model import RewardModel, load_reward_model
 from policylab.tasks.arithmetic import ArithmeticTask
-from policylab.trainer import Trainer
+from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 
@@ -124,7 +124,7 @@ def _rm_dir(tokenizer, path: Path) -> Path:
 
 
 def test_resume_checks_the_reward_models_fingerprint(tiny_model_dir, tokenizer, tmp_path):
-    from policylab.run import resume, train
+    from policylab.trainer.run import resume, train
 
     rm_dir = _rm_dir(tokenizer, tmp_path / "rm")
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", method="ppo_rlhf", method_params={"reward_model": str(rm_dir)},

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from policylab import sandbox as sb
-from policylab.config import TaskConfig
+from policylab.sandbox import runner as sb
+from policylab.trainer.config import TaskConfig
 from policylab.tasks import code
 
 pytestmark = pytest.mark.skipif(not (sb.probe()["network"] and sb.probe()["filesystem"]),
@@ -105,8 +105,8 @@ def test_extract_code():
 
 
 def test_build_task_wires_the_verifier_and_refuses_numeric_ones():
-    from policylab.config import ConfigError
-    from policylab.taskrun import build_task
+    from policylab.errors import ConfigError
+    from policylab.tasks.source import build_task
 
     src = build_task(TaskConfig(name="code", reward="code_tests"), seed=0)
     assert getattr(src.reward_fn, "__name__", "") == "code_tests"

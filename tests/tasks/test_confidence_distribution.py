@@ -2,8 +2,8 @@
 
 import pytest
 
-from policylab.config import ConfigError, TaskConfig
-from policylab.taskrun import build_task
+from policylab.trainer.config import ConfigError, TaskConfig
+from policylab.tasks.source import build_task
 from policylab.tasks.confidence import ConfidenceTask
 from policylab.tasks.distribution import PROBLEMS, DistributionTask
 

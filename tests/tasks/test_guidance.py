@@ -4,7 +4,7 @@ and never built from the held-out split."""
 import pytest
 import torch
 
-from policylab.rewards.verifiers import exact_numeric_reward
+from policylab.kernels.rewards.verifiers import exact_numeric_reward
 from policylab.tasks import ArithmeticTask, guidance
 from policylab.tasks.example import Example
 
@@ -43,8 +43,8 @@ def test_heldout_examples_get_no_guidance_of_any_kind():
 def test_jsonl_splits_are_tagged_and_an_overlapping_prompt_is_marked(tmp_path):
     import json
 
-    from policylab.config import TaskConfig
-    from policylab.taskrun import build_task
+    from policylab.trainer.config import TaskConfig
+    from policylab.tasks.source import build_task
 
     train = tmp_path / "train.jsonl"
     held = tmp_path / "held.jsonl"
@@ -63,7 +63,7 @@ def test_jsonl_splits_are_tagged_and_an_overlapping_prompt_is_marked(tmp_path):
 def test_nothing_from_the_heldout_split_reaches_a_method(method, tiny_model_dir, tmp_path, monkeypatch):
     # every example any guidance function is asked about, over several training steps of
     # each method that uses guidance, is a train problem of the task's own split rule
-    from policylab.trainer import Trainer
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     asked = []

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from policylab.config import ConfigError, TaskConfig
+from policylab.trainer.config import ConfigError, TaskConfig
 from policylab.errors import PolicylabError
-from policylab.taskrun import build_task
+from policylab.tasks.source import build_task
 from policylab.tasks.dialogue import TwoTurnArithmeticTask
 from policylab.tasks.menu import MenuArithmeticTask, chosen_label, menu_label_reward
 
@@ -104,8 +104,8 @@ def test_task_config_wiring():
 
 
 def test_multi_turn_source_plays_the_dialogue(tiny_model_dir, tmp_path):
-    from policylab.logprobs import model_logprobs
-    from policylab.trainer import Trainer
+    from policylab.models.logprobs import model_logprobs
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     cfg = tiny_config(tiny_model_dir, tmp_path / "d", method="tlm_dre", method_params={},
@@ -133,7 +133,7 @@ def test_multi_turn_source_plays_the_dialogue(tiny_model_dir, tmp_path):
 
 
 def test_multi_turn_source_refuses_single_turn_examples_and_truncation(tiny_model_dir, tmp_path):
-    from policylab.trainer import Trainer
+    from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "s", method="tlm_dre", method_params={}))

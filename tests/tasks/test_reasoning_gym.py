@@ -3,7 +3,7 @@ import sys
 import pytest
 
 from policylab.errors import PolicylabError, ShapeError
-from policylab.rewards import combine_rewards
+from policylab.kernels.rewards import combine_rewards
 from policylab.tasks import answer_tag_or_reply, load_reasoning_gym
 
 

@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from ..batch import RolloutBatch, SamplingSettings
+from policylab.batch import RolloutBatch, SamplingSettings
 
 
 @runtime_checkable

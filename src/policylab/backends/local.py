@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import RolloutBatch, SamplingSettings
-from ..errors import PolicylabError
-from ..logprobs import model_logprobs, model_logprobs_at
-from ..prefix import shared_prefix_or_none
-from ..update import autocast, optimizer_step
+from policylab.batch import RolloutBatch, SamplingSettings
+from policylab.errors import PolicylabError
+from policylab.models.logprobs import model_logprobs, model_logprobs_at
+from policylab.models.prefix import shared_prefix_or_none
+from policylab.backends.update import autocast, optimizer_step
 
 
 class LocalRollout:
@@ -123,9 +123,9 @@ class LocalWorker:
         response position, under the batch's sampling transform (temperature, menu):
         {"entropy": [B, T]} and, with `kl_to_reference`, {"kl": [B, T]} = KL(π_θ‖π_ref) of
         the next-token distributions (exact, not a sampled-token estimate). Chunked over
-        positions and vocabulary (`policylab.vocab.head_stats`): [B, T, V] is never built.
+        positions and vocabulary (`policylab.models.vocab.head_stats`): [B, T, V] is never built.
         0 where the loss mask is False."""
-        from ..vocab import DEFAULT_POSITION_CHUNK, DEFAULT_VOCAB_CHUNK, head_stats, response_hidden
+        from policylab.models.vocab import DEFAULT_POSITION_CHUNK, DEFAULT_VOCAB_CHUNK, head_stats, response_hidden
 
         if kl_to_reference and self.ref_model is None:
             raise PolicylabError("a full-vocabulary KL to the reference was asked for, but no reference model is "
@@ -152,7 +152,7 @@ class LocalWorker:
         `role` (logp_ref: the frozen reference; logp_current: the policy now), plain
         softmax (temperature 1: the likelihood of the text, not a sampling distribution).
         0 at padding and at each row's first real token (nothing predicts it)."""
-        from ..logprobs import model_logprobs
+        from policylab.models.logprobs import model_logprobs
 
         model = self._role_model(role)
         P = batch.prompt_width
@@ -235,7 +235,7 @@ class LocalWorker:
         )
 
     def value_step(self, batch: RolloutBatch, returns: torch.Tensor, *, clip_eps: float | None) -> dict:
-        from ..critic import value_step
+        from policylab.models.critic import value_step
 
         return value_step(self.critic, self.critic_optimizer, batch, returns, clip_eps=clip_eps,
                           micro_batch_size=self.micro_batch_size, grad_clip=self.grad_clip)

@@ -12,11 +12,11 @@ __all__ = ["FastEngine", "HFEngine"]
 
 def __getattr__(name):
     if name == "HFEngine":
-        from .hf import HFEngine
+        from policylab.engines.hf import HFEngine
 
         return HFEngine
     if name == "FastEngine":
-        from .fast import FastEngine
+        from policylab.engines.fast import FastEngine
 
         return FastEngine
     raise AttributeError(f"module 'policylab.engines' has no attribute {name!r}")

@@ -27,7 +27,7 @@ at construction (use HFEngine for them).
 
 Sampling, in fp32, is HF's distribution: z = logits / temperature (then -inf outside the
 menu of `SamplingSettings.allowed_ids`, when one is set), then the top-k / top-p
-kept set (`policylab.logprobs.kept_set`, the transform `model_logprobs` scores with), then
+kept set (`policylab.models.logprobs.kept_set`, the transform `model_logprobs` scores with), then
 a draw from softmax(z); `logp_behavior = log_softmax(z)[token]`, recorded as sampled.
 Two ways to draw (`sampler`):
 
@@ -59,10 +59,10 @@ from typing import Sequence
 
 import torch
 
-from ..batch import RolloutBatch, SamplingSettings
-from ..logprobs import kept_set, restrict_to
-from .hf import HFEngine, _sampling_rng
-from .llama_decoder import LlamaDecoder, UnsupportedModel
+from policylab.batch import RolloutBatch, SamplingSettings
+from policylab.models.logprobs import kept_set, restrict_to
+from policylab.engines.hf import HFEngine, _sampling_rng
+from policylab.engines.llama_decoder import LlamaDecoder, UnsupportedModel
 
 __all__ = ["FastEngine", "UnsupportedModel"]
 
@@ -114,7 +114,7 @@ class FastEngine(HFEngine):
             raise ValueError(f"`compact_min` must be in (0, 1], got {compact_min}")
         quant = None
         if weights is not None:
-            from .quant import BITS
+            from policylab.engines.quant import BITS
 
             if weights not in BITS:
                 raise ValueError(f"`weights` must be None or one of {', '.join(BITS)}, got {weights!r}")

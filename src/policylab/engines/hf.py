@@ -3,7 +3,7 @@ sampled token, the log-prob of the distribution it was actually drawn from.
 
 `logp_behavior[b, t] = log_softmax(scores_t)[token]`, where `scores_t` are the processed
 scores `generate` sampled from (temperature, then top-k, then top-p; transformers'
-warpers). `policylab.logprobs.model_logprobs` applies the same transform to a fresh
+warpers). `policylab.models.logprobs.model_logprobs` applies the same transform to a fresh
 forward, so on the same weights and numerics the two agree to float rounding; any
 difference measures the engine mismatch (the behavior role μ vs. the training policy).
 
@@ -30,8 +30,8 @@ from typing import Sequence
 import torch
 from transformers import GenerationConfig
 
-from ..batch import RolloutBatch, SamplingSettings
-from ..errors import ShapeError
+from policylab.batch import RolloutBatch, SamplingSettings
+from policylab.errors import ShapeError
 
 __all__ = ["HFEngine"]
 
@@ -158,7 +158,7 @@ class HFEngine:
     def _menu_restriction(self, sampling: SamplingSettings) -> dict:
         """generate() settings for `sampling.allowed_ids`: every other id is suppressed (its
         score is -inf before the draw, and in the recorded scores), the same distribution as
-        `policylab.logprobs.restrict_to` gives the trainer."""
+        `policylab.models.logprobs.restrict_to` gives the trainer."""
         if not sampling.allowed_ids:
             return {}
         V = self.model.get_output_embeddings().weight.shape[0]
@@ -265,7 +265,7 @@ def _pad_id(tokenizer) -> int:
             "the tokenizer has no pad token, which left padding needs. Set one before "
             "building the engine, e.g. `tokenizer.pad_token = tokenizer.eos_token` (safe: "
             "policylab never derives masks from pad ids), or load the model with "
-            "policylab.models.load_policy, which does this for you"
+            "policylab.models.loading.load_policy, which does this for you"
         )
     return int(pad)
 

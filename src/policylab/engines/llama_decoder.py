@@ -64,7 +64,7 @@ class LlamaDecoder:
                             "(e.g. LoRA): use the model's own weights"
                         )
             if quant is not None:
-                from .quant import fake_quantize
+                from policylab.engines.quant import fake_quantize
 
                 bits, group = quant
                 widths = {lin.weight.shape[1] for layer in self.layers for lin in _linears(layer)}

@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..errors import PolicylabError
-from ..methods import REGISTRY, Method, get
-from ..methods.spec import RunShape, Stage
-from ..methods.stages import rewards as reward_stages
-from ..methods.stages import sources
+from policylab.errors import PolicylabError
+from policylab.methods import REGISTRY, Method, get
+from policylab.methods.spec import RunShape, Stage
+from policylab.methods.stages import rewards as reward_stages
+from policylab.methods.stages import sources
 
 # what each field means, for refusals ("needs X: <what>")
 FIELD_MEANING = {

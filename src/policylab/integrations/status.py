@@ -57,8 +57,8 @@ def trl_status() -> dict:
         return {"installed": False, "error": f"{type(exc).__name__}: {exc}"}
     out = {"installed": True, "version": trl.__version__}
     try:
-        from . import hosting
-        from . import trl as pt
+        from policylab.integrations import hosting
+        from policylab.integrations import trl as pt
 
         out["methods"] = pt.methods()
         out["refused"] = {n: p.refusal() for n, p in hosting.plans(pt.ENGINE).items() if not p.hostable}

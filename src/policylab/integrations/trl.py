@@ -15,7 +15,7 @@ functions, accelerate / DeepSpeed, logging):
   tensors (``per_token_logps`` -> logp, ``old_per_token_logps`` -> logp_old, or sg(logp)
   when TRL skips that pass for a single update, ``ref_per_token_logps`` -> logp_ref,
   ``sampling_per_token_logps`` -> logp_behavior, the entropies TRL computes -> entropy),
-  reduced by `policylab.aggregate.aggregate` with TRL's normalizer for the method's mode:
+  reduced by `policylab.kernels.aggregate.aggregate` with TRL's normalizer for the method's mode:
   a token mean over ``num_items_in_batch`` / processes (scaled to one accumulation
   window, as TRL's dapo/cispo), a sequence mean over the micro-batch's rows divided by
   the accumulation steps (as TRL's grpo/dr_grpo).
@@ -34,12 +34,12 @@ import math
 import torch
 from trl import GRPOTrainer
 
-from .. import aggregate as agg
-from ..errors import PolicylabError
-from ..methods.context import StageContext
-from ..methods.loss import loss_terms, tensor_inputs
-from ..methods.spec import RunShape
-from . import hosting
+from policylab.kernels import aggregate as agg
+from policylab.errors import PolicylabError
+from policylab.methods.context import StageContext
+from policylab.methods.loss import loss_terms, tensor_inputs
+from policylab.methods.spec import RunShape
+from policylab.integrations import hosting
 
 _BEHAVIOR = ("TRL passes the sampler's log-probs (sampling_per_token_logps) only from vLLM (use_vllm=True) or a "
              "rollout_func that returns logprobs")

@@ -5,7 +5,7 @@ Importing this module registers, in verl's own registries:
 - every hostable policylab method (`policylab.integrations.hosting`) as a verl policy
   loss named ``policylab_<method>``: the method's objective × corrections, composed by
   `methods.loss.loss_terms` (nothing is re-implemented here) and reduced by
-  `policylab.aggregate.aggregate` with the normalizer taken from verl's global batch
+  `policylab.kernels.aggregate.aggregate` with the normalizer taken from verl's global batch
   information (`config.global_batch_info`: tokens or sequences of the whole mini-batch
   over every data-parallel rank), so micro-batch and data-parallel splits give the same
   update (docs/conventions.md rule 4);
@@ -54,12 +54,12 @@ from typing import Any
 
 import torch
 
-from .. import aggregate as agg
-from ..errors import PolicylabError
-from ..methods import REGISTRY
-from ..methods.loss import loss_terms, tensor_inputs
-from ..methods.spec import RunShape
-from . import hosting
+from policylab.kernels import aggregate as agg
+from policylab.errors import PolicylabError
+from policylab.methods import REGISTRY
+from policylab.methods.loss import loss_terms, tensor_inputs
+from policylab.methods.spec import RunShape
+from policylab.integrations import hosting
 
 PREFIX = "policylab_"
 RAW_RATIO = ("actor_rollout_ref.rollout.calculate_log_probs=True algorithm.rollout_correction.rollout_is=token "
@@ -281,7 +281,7 @@ class PolicylabLossConfig(_policy_loss_base()):
                                      f"({PREFIX}<method>); loss_mode is {self.loss_mode!r}")
             return
         if name not in REGISTRY:
-            from ..methods import get
+            from policylab.methods import get
 
             get(name)  # raises with close matches
         resolve(name, _plain(self.method_params))
@@ -321,7 +321,7 @@ def token_reward_batch(token_level_rewards: torch.Tensor, response_mask: torch.T
 def make_estimator(stage, method):
     """verl's advantage-estimator signature for policylab advantage `stage` (with the
     parameters and defaults of `method`)."""
-    from ..methods.context import StageContext
+    from policylab.methods.context import StageContext
 
     name = PREFIX + stage.name
 
@@ -410,7 +410,7 @@ _VERL_KL = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 
 def _regularizers(name: str) -> list[str]:
     """The method's default KL / entropy terms as verl settings (verl computes them)."""
-    from ..methods import get
+    from policylab.methods import get
 
     p = get(name).p
     out = []

@@ -16,10 +16,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from .. import methods
-from ..methods.spec import _PACKAGE_ROOT, Method, _location
+from policylab import methods
+from policylab.methods.spec import PACKAGE_ROOT, Method, source_location
 
-PACKAGE_ROOT = _PACKAGE_ROOT  # the directory that holds `policylab/` (src/)
 # the stage kinds whose kernels carry the method's math, in pipeline order
 MATH_KINDS = ("reward", "filter", "round", "advantage", "objective", "correction", "addend", "term", "grad")
 
@@ -28,8 +27,8 @@ MATH_KINDS = ("reward", "filter", "round", "advantage", "objective", "correction
 class Kernel:
     stage: str  # the stage kind: advantage | objective | correction | reward | ...
     key: str  # the stage's name (e.g. "gae", "ppo_clip", "tis")
-    qualname: str  # e.g. "policylab.advantages.gae.gae"
-    path: str  # source file relative to the package root, e.g. "policylab/advantages/gae.py"
+    qualname: str  # e.g. "policylab.kernels.advantages.gae.gae"
+    path: str  # source file relative to the package root, e.g. "policylab/kernels/advantages/gae.py"
     line: int  # line of the `def`
     formula: str  # the equation block of its docstring ("" if none)
 
@@ -47,7 +46,7 @@ def _equation_block(doc: str | None) -> str:
 
 def _kernel(kind: str, name: str, fn) -> Kernel:
     fn = inspect.unwrap(fn)
-    qualname, path, line = _location(fn)
+    qualname, path, line = source_location(fn)
     formula = _equation_block(fn.__doc__) or _equation_block(inspect.getmodule(fn).__doc__)
     return Kernel(kind, name, qualname, path, line, formula)
 

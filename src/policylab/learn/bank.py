@@ -22,9 +22,9 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from .. import methods
-from ..errors import PolicylabError
-from ..methods.spec import Method
+from policylab import methods
+from policylab.errors import PolicylabError
+from policylab.methods.spec import Method
 
 HERE = Path(__file__).resolve().parent
 BANK_DIR = HERE / "bank"
@@ -139,7 +139,7 @@ def fill(text: str, values: Mapping[str, Any], lang: str) -> str:
 def _examples(examples):
     if examples is not None:
         return examples
-    from .examples import EXAMPLES
+    from policylab.learn.examples import EXAMPLES
 
     return EXAMPLES
 
@@ -436,3 +436,47 @@ def topics(lang: str | None = None, *, path: Path | str | None = None,
     pick = (lambda d: d) if lang is None else (lambda d: {lang: d[lang]})
     steps = [ReadingStep(pick(s.topic), s.methods, pick(s.why)) for s in steps]
     return Topics(tuple(steps), tuple(_in_lang(q, lang) for q in questions))
+
+
+METRIC_BANK_DIR = HERE / "metric_bank"
+
+
+def metric_bank(lang: str | None = None) -> dict:
+    """Each metric card's four questions (basics, mechanism, comparison, implementation) in
+    English and Chinese, in the question bank's format (`learn/metric_bank/<name>.yaml`, top
+    key `metric:`), validated by the bank's own parser with every worked example run live.
+    Returns {name: [Question, ...]} in category order; raises BankError listing problems."""
+    from policylab.eval.cards import METRICS, metric_names
+
+    _check_lang(lang)
+    examples = _examples(None)
+    errors: list[str] = []
+    out = {}
+    files = {p.stem: p for p in sorted(METRIC_BANK_DIR.glob("*.yaml"))}
+    for stem in sorted(set(files) - set(METRICS)):
+        errors.append(f"{stem}.yaml: metric bank file for unknown metric {stem!r}")
+    for name in metric_names():
+        if name not in files:
+            errors.append(f"metric {name!r} has no bank file (expected {METRIC_BANK_DIR / (name + '.yaml')})")
+            continue
+        data = _load_yaml(files[name], errors)
+        if data is None:
+            continue
+        if data.get("metric") != name or set(data) != {"metric", "questions"}:
+            errors.append(f"{name}.yaml: needs exactly the keys `metric: {name}` and `questions`")
+            continue
+        raw = data["questions"] if isinstance(data["questions"], list) else []
+        cats = sorted(str(q.get("category")) for q in raw if isinstance(q, dict))
+        if cats != sorted(CATEGORIES):
+            errors.append(f"{name}.yaml: needs exactly four questions, one per category ({', '.join(CATEGORIES)})")
+        qs = []
+        for q in raw:
+            if isinstance(q, dict) and q.get("id") != f"{name}-{q.get('category')}":
+                errors.append(f"{name}.yaml, question {q.get('id')!r}: id must be `{name}-{q.get('category')}`")
+            parsed = _parse_question(q, files[name].name, (name,), examples, errors, topic=False)
+            if parsed is not None:
+                qs.append(_in_lang(parsed, lang))
+        out[name] = sorted(qs, key=lambda q: CATEGORIES.index(q.category))
+    if errors:
+        raise BankError(errors)
+    return out

@@ -18,29 +18,29 @@ LANG_CHOICES = ("en", "zh")
 
 
 def _quiz(args) -> int:
-    from .quiz import quiz
+    from policylab.learn.quiz import quiz
 
     quiz(args.method, args.lang, args.seed)
     return 0
 
 
 def _explain(args) -> int:
-    from .quiz import explain
+    from policylab.learn.quiz import explain
 
     if args.plot and not str(args.plot).lower().endswith((".svg", ".png", ".pdf")):
-        from ..errors import PolicylabError
+        from policylab.errors import PolicylabError
 
         raise PolicylabError(f"--plot writes .svg, .png or .pdf files, got {args.plot!r}")
     explain(args.name, args.lang)
     if args.plot:
-        from .quiz import write_plot
+        from policylab.learn.quiz import write_plot
 
         write_plot(args.name, args.plot, args.lang)
     return 0
 
 
 def _site_build(args) -> int:
-    from .site import build_site
+    from policylab.learn.site import build_site
 
     index = build_site(args.out_dir, complete=not args.allow_incomplete)
     print(f"wrote {index} (open it in a browser; it works offline from file://)")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     """Standalone entry (`python -m policylab.learn.cli ...`), same handling as policylab.cli."""
     import sys
 
-    from ..errors import PolicylabError
+    from policylab.errors import PolicylabError
 
     p = argparse.ArgumentParser(prog="policylab")
     add_subcommands(p.add_subparsers(dest="cmd", required=True))

@@ -18,10 +18,10 @@ import random
 import sys
 from typing import TextIO
 
-from .. import methods
-from ..errors import PolicylabError
-from ..methods.cards import card_text
-from . import anatomy, bank
+from policylab import methods
+from policylab.errors import PolicylabError
+from policylab.methods.cards import card_text
+from policylab.learn import anatomy, bank
 
 UI = {
     "en": dict(prompt="Your answer (finish with an empty line or Ctrl-D):", yours="Your answer", skipped="(no answer given)",
@@ -137,8 +137,8 @@ FIGURE_UI = {"en": "Figure ({key}) written to {path}:\n  {caption}", "zh": "å›¾ï
 def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = None, defs_dir=None):
     """Compute the figure of `name` now and write it to `path` (.svg, .png, .pdf) with its
     labels, caption and alt text in `lang`; print where it went and its caption."""
-    from . import figures
-    from .figures import render
+    from policylab.learn import figures
+    from policylab.learn.figures import render
 
     _ui(lang)
     fig = figures.figure(methods.get(name).name, defs_dir=defs_dir)

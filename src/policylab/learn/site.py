@@ -28,11 +28,11 @@ import html
 import json
 from pathlib import Path
 
-from .. import methods
-from ..errors import PolicylabError
-from . import anatomy, bank, figures
-from .bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
-from .figures import render
+from policylab import methods
+from policylab.errors import PolicylabError
+from policylab.learn import anatomy, bank, figures
+from policylab.learn.bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
+from policylab.learn.figures import render
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 

@@ -5,18 +5,18 @@ paper's defaults, and the stage functions of its step. `get(name)` returns it wi
 defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 """
 
-from . import geometry as _geometry  # noqa: F401  (registers the gradient-geometry methods)
-from . import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
-from . import objectives_more as _objectives_more  # noqa: F401  (conspo, zcpo, stare, reco, erpo, tlm_dre, rlid)
-from . import literature as _literature  # noqa: F401  (registers the literature-only cards)
-from . import mixed as _mixed  # noqa: F401  (registers the mixed-policy methods)
-from . import offpolicy as _offpolicy  # noqa: F401  (registers the off-policy methods)
-from . import onpolicy as _onpolicy  # noqa: F401  (registers the on-policy methods)
-from . import pipelines as _pipelines  # noqa: F401  (registers ppo_rlhf and fusion)
-from . import rewards_more as _rewards_more  # noqa: F401  (registers rlcr, mad_rl, rlcpr, code_opt, rfpo)
-from . import testtime as _testtime  # noqa: F401  (registers the test-time adaptation methods)
-from .evidence import apply as _apply_evidence
-from .registry import (
+from policylab.methods.families import geometry as _geometry  # noqa: F401  (registers the gradient-geometry methods)
+from policylab.methods.families import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
+from policylab.methods.families import sequence_objectives as _objectives_more  # noqa: F401  (conspo, zcpo, stare, reco, erpo, tlm_dre, rlid)
+from policylab.methods.families import literature as _literature  # noqa: F401  (registers the literature-only cards)
+from policylab.methods.families import mixed_policy as _mixed  # noqa: F401  (registers the mixed-policy methods)
+from policylab.methods.families import off_policy as _offpolicy  # noqa: F401  (registers the off-policy methods)
+from policylab.methods.families import policy_gradient as _onpolicy  # noqa: F401  (registers the on-policy methods)
+from policylab.methods.families import pipelines as _pipelines  # noqa: F401  (registers ppo_rlhf and fusion)
+from policylab.methods.families import rich_rewards as _rewards_more  # noqa: F401  (registers rlcr, mad_rl, rlcpr, code_opt, rfpo)
+from policylab.methods.families import test_time as _testtime  # noqa: F401  (registers the test-time adaptation methods)
+from policylab.methods.evidence import apply as _apply_evidence
+from policylab.methods.registry import (
     LITERATURE,
     REGISTRY,
     LiteratureOnlyError,
@@ -28,23 +28,11 @@ from .registry import (
     refuse_literature,
     register,
 )
-from .spec import Card, LossInputs, Method, Param, ParamError, Params, RunShape, Stage, Weighting
+from policylab.methods.spec import Card, LossInputs, Method, Param, ParamError, Params, RunShape, Stage, Weighting
 
 _apply_evidence()
 
 
-def exercise_settings(name: str, *, model: str, workdir, budget: str = "test") -> dict:
-    """The config sections under which method `name` does anything at all: its spec's
-    `exercise`, plus what must be made first for this model (e.g. RFPO's critic, trained
-    into `workdir` with the "test" or "real" budget). Used by the generic tests and
-    benchmarks/methods_real.py."""
-    out = {k: dict(v) for k, v in get(name).exercise.items()}
-    prepare = _rewards_more.PREPARE.get(name)
-    if prepare is not None:
-        for k, v in prepare(model, workdir, budget).items():
-            out[k] = {**out.get(k, {}), **v}
-    return out
-
 __all__ = ["LITERATURE", "REGISTRY", "Card", "LiteratureOnlyError", "LossInputs", "Method", "Param", "ParamError",
-           "Params", "RunShape", "Stage", "UnknownMethodError", "Weighting", "card", "exercise_settings", "get",
+           "Params", "RunShape", "Stage", "UnknownMethodError", "Weighting", "card", "get",
            "literature_names", "names", "refuse_literature", "register"]

@@ -7,8 +7,8 @@ card to the formula in one hop.
 
 from __future__ import annotations
 
-from .registry import LITERATURE, REGISTRY
-from .spec import Card, Method, describe_params
+from policylab.methods.registry import LITERATURE, REGISTRY
+from policylab.methods.spec import Card, Method, describe_params
 
 
 def _stage_names(m: Method, kind: str) -> str:
@@ -85,43 +85,4 @@ def card_text(m: Method) -> str:
     parts += [f"    {line}" for line in describe_params(m)]
     parts.append("  stages")
     parts += stage_lines(m)
-    return "\n".join(parts)
-
-
-def metric_table_text() -> str:
-    """The metric cards (`policylab.metric_cards`): name, family, what it measures, status."""
-    from ..metric_cards import METRICS
-
-    rows = [("metric", "family", "eval name", "status")]
-    rows += [(m.name, m.family, m.cli, m.status) for _, m in sorted(METRICS.items())]
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = []
-    for j, r in enumerate(rows):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-        if j == 0:
-            lines.append("-" * (sum(widths) + 2 * len(widths) + 10))
-    return "\n".join(lines)
-
-
-def metric_card_text(card) -> str:
-    """One metric's card, with the functions that compute it (`module.function  path:line`)."""
-    from .spec import _location
-
-    parts = [
-        f"{card.name}: {card.title}" + (f" (arXiv {card.arxiv})" if card.arxiv else ""),
-        f"  family        {card.family} (not a training method: `policylab eval RUN --metrics {card.cli}`)",
-        f"  what it does  {card.summary}",
-        f"  needs         {card.inputs}",
-    ]
-    if card.decision:
-        parts.append(f"  decision      {card.decision}")
-    parts += [f"  status        {card.status}", f"  not shown     {card.not_established}"]
-    if card.confirmed:
-        parts.append(f"  confirmed     {card.confirmed}")
-    if card.unconfirmed:
-        parts.append(f"  unconfirmed   {'; '.join(card.unconfirmed)}")
-    parts.append("  kernels")
-    for fn in card.kernels:
-        qual, path, line = _location(fn)
-        parts.append(f"    {qual}  {path}:{line}")
     return "\n".join(parts)

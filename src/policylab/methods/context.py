@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..batch import RolloutBatch, SamplingSettings
-from .spec import ParamView, RunShape
+from policylab.batch import RolloutBatch, SamplingSettings
+from policylab.methods.spec import ParamView, RunShape
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .registry import REGISTRY
+from policylab.methods.registry import REGISTRY
 
 _REAL = "kernel verified; 2 real optimizer steps on SmolLM2-135M-Instruct (benchmarks/results/methods_real.md)"
 _REAL3 = ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, finite metrics "

@@ -5,7 +5,7 @@
              replaces it (SIS: sg(logp) on accepted tokens)
     <term> = each active term (e.g. VAPO's positive-example NLL), on its own mask
 
-Each term is reduced by `policylab.aggregate.aggregate` with a normalizer computed once
+Each term is reduced by `policylab.kernels.aggregate.aggregate` with a normalizer computed once
 per optimizer step over the term's mask (`term_masks`), so micro-batch splits never
 change the update. The trainer, the verl and the TRL adapters all call these two
 functions; none of them composes a loss by itself.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .spec import LossInputs, Method
+from policylab.methods.spec import LossInputs, Method
 
 NORM_MODE = "seq_mean_token_sum_norm"
 
@@ -79,7 +79,7 @@ def tensor_inputs(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *, 
     update (π_old = sg(logp)). The batch behind it has a one-column dummy prompt (no
     token ids are read by any loss stage); roles given here are also set on it, so
     corrections find `logp_old` / `logp_behavior` where they look for them."""
-    from ..batch import RolloutBatch
+    from policylab.batch import RolloutBatch
 
     B, T = mask.shape
     dev = mask.device

@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..errors import PolicylabError
+from policylab.errors import PolicylabError
 
 if TYPE_CHECKING:
-    from .spec import RunShape
+    from policylab.methods.spec import RunShape
 
 
 class ParamError(PolicylabError):

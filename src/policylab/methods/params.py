@@ -7,9 +7,9 @@ method says which of its values were checked against its paper.
 
 from __future__ import annotations
 
-from ..errors import PolicylabError
-from .spec import Card, Method, Param, RunShape, non_negative, positive, unit_interval
-from .stages import losses, rewards, rounds, sources
+from policylab.errors import PolicylabError
+from policylab.methods.spec import Card, Method, Param, RunShape, non_negative, positive, unit_interval
+from policylab.methods.stages import losses, rewards, rounds, sources
 
 
 def _dual(v) -> str | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 
-from ..errors import PolicylabError
-from .spec import Card, Method
+from policylab.errors import PolicylabError
+from policylab.methods.spec import Card, Method
 
 
 class UnknownMethodError(PolicylabError, KeyError):

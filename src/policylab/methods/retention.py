@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import SamplingSettings
-from ..errors import MissingQuantityError, PolicylabError
-from ..logprobs import model_logprobs
+from policylab.batch import SamplingSettings
+from policylab.errors import MissingQuantityError, PolicylabError
+from policylab.models.logprobs import model_logprobs
 
 SOURCES = ("gold", "base_greedy")
 

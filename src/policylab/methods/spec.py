@@ -49,7 +49,7 @@ STAGE_KINDS = ("model", "source", "reward", "filter", "round", "advantage", "obj
 ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
 
 
-from .param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
+from policylab.methods.param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
     Param, ParamError, Params, ParamView, non_negative, positive, unit_interval)
 
 
@@ -132,17 +132,17 @@ class Stage:
     def where(self) -> list[tuple[str, str, int]]:
         """(qualified name, file relative to the package root, line) of the stage function
         and of each kernel."""
-        return [_location(f) for f in (self.fn, *self.kernels)]
+        return [source_location(f) for f in (self.fn, *self.kernels)]
 
 
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds `policylab/`
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds `policylab/`
 
 
-def _location(fn: Callable) -> tuple[str, str, int]:
+def source_location(fn: Callable) -> tuple[str, str, int]:
     fn = inspect.unwrap(fn)
     try:
         src = Path(inspect.getsourcefile(fn)).resolve()
-        path = src.relative_to(_PACKAGE_ROOT).as_posix() if src.is_relative_to(_PACKAGE_ROOT) else str(src)
+        path = src.relative_to(PACKAGE_ROOT).as_posix() if src.is_relative_to(PACKAGE_ROOT) else str(src)
         line = inspect.getsourcelines(fn)[1]
     except (TypeError, OSError):
         path, line = "?", 0
@@ -301,7 +301,7 @@ class Method:
             for s in stages:
                 if s.kind != kind:
                     raise ValueError(f"method {self.name}: stage `{s.name}` of kind {s.kind!r} listed as {kind}")
-        from ..aggregate import MODES
+        from policylab.kernels.aggregate import MODES
 
         if self.aggregation not in MODES:
             raise ValueError(f"method {self.name}: aggregation {self.aggregation!r} is not one of {MODES}")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError, read_yaml
-from ..errors import RunDirError
+from policylab.trainer.config import ConfigError, read_yaml
+from policylab.errors import RunDirError
 
 
 def section(data: dict, name: str, defaults: dict, where: str) -> dict:
@@ -41,7 +41,7 @@ def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections:
     """The pipeline config: top-level keys (`top` defaults) and sections (`sections`
     defaults; a section default of None is a free-form mapping, e.g. a run config). An
     optional top-level `pipeline: NAME` must be `name`."""
-    from ..config import parse_overrides, yaml_load
+    from policylab.trainer.config import parse_overrides, yaml_load
 
     p = Path(path)
     if not p.is_file():
@@ -111,8 +111,8 @@ def chat_encoder(tokenizer, system_prompt: str = ""):
 
 
 def engine_for(model, tokenizer):
-    from ..engines.fast import FastEngine, UnsupportedModel
-    from ..engines.hf import HFEngine
+    from policylab.engines.fast import FastEngine, UnsupportedModel
+    from policylab.engines.hf import HFEngine
 
     try:
         return FastEngine(model, tokenizer)
@@ -124,7 +124,7 @@ def engine_for(model, tokenizer):
 def sample(model, tokenizer, examples, *, samples: int, max_new_tokens: int, seed: int, temperature: float = 1.0):
     """(batch, texts) of `samples` replies per example at the given temperature, under a
     forked, seeded RNG."""
-    from ..batch import SamplingSettings
+    from policylab.batch import SamplingSettings
 
     engine = engine_for(model, tokenizer)
     encode = chat_encoder(tokenizer)
@@ -169,9 +169,9 @@ def write_report(run_dir: Path, report: dict, markdown: str) -> None:
 def check_run_config(run_cfg: dict):
     """A stage's run config validated as `policylab train` would, and its method's
     parameters against the run's shape (before any stage of the pipeline runs)."""
-    from .. import methods
-    from ..config import config_from_dict
-    from ..trainer import run_shape
+    from policylab import methods
+    from policylab.trainer.config import config_from_dict
+    from policylab.trainer.loop import run_shape
 
     cfg = config_from_dict(run_cfg)
     methods.get(cfg.method).with_params(cfg.method_params, run_shape(cfg))
@@ -181,9 +181,9 @@ def check_run_config(run_cfg: dict):
 def train_run(run_cfg: dict, *, quiet: bool = True) -> Path:
     """Train one policylab run from a config dict (the stage of a pipeline); returns its
     latest checkpoint directory."""
-    from ..checkpoint import latest_checkpoint
-    from ..config import config_from_dict
-    from ..run import train
+    from policylab.trainer.checkpoint import latest_checkpoint
+    from policylab.trainer.config import config_from_dict
+    from policylab.trainer.run import train
 
     cfg = config_from_dict(run_cfg)
     console = None

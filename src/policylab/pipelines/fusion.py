@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError
-from ..errors import PolicylabError, ShapeError
-from . import common
+from policylab.errors import ConfigError
+from policylab.errors import PolicylabError, ShapeError
+from policylab.pipelines import common
 
 ROUTES = ("merge", "mix", "mopd")
 TOP = {"run_dir": "runs/fusion", "model": "embedded", "seed": 0, "threads": 0,
@@ -48,8 +48,8 @@ EXPERT_SECTIONS = ("method", "rollout", "train", "method_params")
 
 def load_config(path, overrides=()) -> dict:
     """The pipeline config (see the module docstring), checked before anything runs."""
-    from ..mixedpolicy.kernels import MOPD_HORIZONS
-    from ..tasks.mixture import DOMAINS
+    from policylab.kernels.mixed import MOPD_HORIZONS
+    from policylab.tasks.mixture import DOMAINS
 
     cfg = common.load_pipeline_config(path, overrides, top=TOP, sections=SECTIONS, name="fusion")
     d = cfg["domains"]
@@ -123,8 +123,8 @@ def check_vocabularies(tokenizers: list) -> None:
 
 def domain_eval(model, tokenizer, task, domains, *, prompts: int, samples: int, max_new_tokens: int, seed: int) -> dict:
     """Sampled accuracy on each domain's held-out split (and their mean, reported next to them)."""
-    from ..evaluate import evaluate
-    from ..rewards.verifiers import exact_numeric_reward
+    from policylab.eval.evaluate import evaluate
+    from policylab.kernels.rewards.verifiers import exact_numeric_reward
 
     encode = common.chat_encoder(tokenizer)
     engine = common.engine_for(model, tokenizer)
@@ -195,9 +195,9 @@ def run_configs(cfg: dict, run_dir: Path, experts: dict | None = None) -> dict:
 
 
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
-    from ..mixedpolicy.state import load_model
-    from ..models import load_policy
-    from ..tasks.mixture import MixtureTask
+    from policylab.models.loading import load_model_or_checkpoint as load_model
+    from policylab.models.loading import load_policy
+    from policylab.tasks.mixture import MixtureTask
 
     t0 = time.perf_counter()
     run_dir = Path(cfg["run_dir"])
@@ -271,7 +271,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
 
 def _per_domain_log(run: Path) -> dict:
     """The last logged per-domain metrics of a run (`...@domain=D` keys of metrics.jsonl)."""
-    from ..runlog import read_metrics
+    from policylab.trainer.runlog import read_metrics
 
     path = run / "metrics.jsonl"
     rows = [r for r in read_metrics(path) if any("@domain=" in k for k in r)] if path.is_file() else []

@@ -34,12 +34,13 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError
-from ..errors import RunDirError
-from ..tasks import guidance
-from ..tasks.arithmetic import ArithmeticTask
-from . import common, preferences
-from .reward_model import RewardModel, encode_pairs, pairwise_loss
+from policylab.errors import ConfigError
+from policylab.errors import RunDirError
+from policylab.tasks import guidance
+from policylab.tasks.arithmetic import ArithmeticTask
+from policylab.pipelines import common
+from policylab.tasks import preferences
+from policylab.models.reward_model import RewardModel, encode_pairs, pairwise_loss
 
 TOP = {"run_dir": "runs/ppo_rlhf", "model": "embedded", "seed": 0, "threads": 0}
 SECTIONS = {
@@ -84,7 +85,7 @@ def load_config(path, overrides=()) -> dict:
 
 
 def _task(cfg: dict) -> ArithmeticTask:
-    from ..errors import PolicylabError
+    from policylab.errors import PolicylabError
 
     t = cfg["task"]
     try:
@@ -104,7 +105,7 @@ def sft(model, tokenizer, task: ArithmeticTask, *, steps: int, batch_size: int, 
     demonstration refuses any other example): mean NLL of the reply tokens (and the final
     eos) given the chat-templated prompt. Returns {"losses": per step, "prompts": every
     prompt trained on}."""
-    from ..trainer_support import _adamw
+    from policylab.trainer.support import _adamw
 
     encode = common.chat_encoder(tokenizer)
     opt = _adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -171,7 +172,7 @@ def train_reward_model(rm: RewardModel, tokenizer, task: ArithmeticTask, *, step
                        lr: float) -> dict:
     """Adam steps on the pairwise loss, `prompts_per_step` train prompts (K = 4 ranked
     replies, 6 pairs each) per step. Returns {"log": per step, "prompts": every prompt}."""
-    from ..trainer_support import _adamw
+    from policylab.trainer.support import _adamw
 
     opt = _adamw([p for p in rm.parameters() if p.requires_grad], lr=lr)
     rm.train()
@@ -215,7 +216,7 @@ def rm_agreement(rm_scores: list[float], true: list[float], samples: int) -> dic
 def policy_eval(model, tokenizer, rm: RewardModel, examples, *, samples: int, max_new_tokens: int, seed: int) -> dict:
     """A policy's samples on held-out prompts: RM scores, true-preference scores, accuracy,
     and the RM's agreement with the true preference on these replies."""
-    from ..rewards.verifiers import exact_numeric_reward
+    from policylab.kernels.rewards.verifiers import exact_numeric_reward
 
     b, texts = common.sample(model, tokenizer, examples, samples=samples, max_new_tokens=max_new_tokens, seed=seed)
     rows = [e for e in examples for _ in range(samples)]
@@ -247,9 +248,9 @@ def ppo_run_config(cfg: dict, sft_dir: Path, rm_dir: Path, run_dir: Path) -> dic
 
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     """The whole pipeline (see the module docstring); returns the report."""
-    from ..mixedpolicy.state import load_model
-    from ..models import load_policy
-    from .reward_model import load_reward_model
+    from policylab.models.loading import load_model_or_checkpoint as load_model
+    from policylab.models.loading import load_policy
+    from policylab.models.reward_model import load_reward_model
 
     t0 = time.perf_counter()
     run_dir = Path(cfg["run_dir"])
@@ -351,7 +352,7 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
 
 def _ppo_log_summary(ppo_dir: Path) -> dict:
     """Steps, first and last logged RM score, KL penalty and accuracy of the PPO run."""
-    from ..runlog import read_metrics
+    from policylab.trainer.runlog import read_metrics
 
     path = ppo_dir / "metrics.jsonl"
     rows = [r for r in read_metrics(path) if "rlhf/rm_score_mean" in r] if path.is_file() else []

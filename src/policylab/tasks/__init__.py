@@ -11,11 +11,11 @@ from __future__ import annotations
 import difflib
 from typing import Any, Callable
 
-from ..errors import PolicylabError
-from .arithmetic import PROMPT, ArithmeticTask
-from .example import Example, Gold, as_messages
-from .jsonl import load_jsonl
-from .reasoning_gym import ReasoningGymTask, answer_tag_or_reply, load_reasoning_gym
+from policylab.errors import PolicylabError
+from policylab.tasks.arithmetic import PROMPT, ArithmeticTask
+from policylab.tasks.example import Example, Gold, as_messages
+from policylab.tasks.jsonl import load_jsonl
+from policylab.tasks.reasoning_gym import ReasoningGymTask, answer_tag_or_reply, load_reasoning_gym
 
 TASKS: dict[str, Callable[..., Any]] = {
     "arithmetic": ArithmeticTask,

@@ -28,8 +28,8 @@ from __future__ import annotations
 import hashlib
 from typing import Iterator
 
-from ..errors import PolicylabError
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.example import Example
 
 PROMPT = "What is {a} {op} {b}? Reply with only the number."
 _ENUMERATE_LIMIT = 200_000  # problems; above this the held-out set is sampled, not listed

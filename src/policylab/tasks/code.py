@@ -14,7 +14,7 @@ train problems in a seeded order per epoch; its state is one position counter.
 
 The verifier (`CodeVerifier`, the reward `code_tests`): the reply's code (the first
 fenced block if there is one, else the whole reply) is run in the sandbox
-(`policylab.sandbox`) on the tests; reward 1.0 iff it ran and every return value equals
+(`policylab.sandbox.runner`) on the tests; reward 1.0 iff it ran and every return value equals
 the expected one (after JSON canonicalization: tuples compare as lists), else 0.0. A
 candidate that loops, forks, allocates without bound, writes outside its directory or
 opens a socket is stopped there and scores 0; training goes on.
@@ -28,8 +28,8 @@ import random
 import re
 from dataclasses import dataclass
 
-from ..errors import PolicylabError
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.example import Example
 
 PROMPT = "Write a Python function `{signature}` that {description}. Reply with only the code."
 MAX_SOURCE_CHARS = 20_000
@@ -248,7 +248,7 @@ class CodeVerifier:
     __name__ = "code_tests"
 
     def __init__(self, policy):
-        from .. import sandbox
+        from policylab.sandbox import runner as sandbox
 
         sandbox.check_available(policy)  # refuse before any training starts
         self.policy = policy
@@ -263,7 +263,7 @@ class CodeVerifier:
         """Run one reply's tests in the sandbox; with `timing` = (repeats, warmup), a reply
         that passed is then timed against the reference in a second sandboxed process (a
         wrong reply is never timed)."""
-        from .. import sandbox
+        from policylab.sandbox import runner as sandbox
 
         p = self._problem(answer)
         source = extract_code(reply)
@@ -293,7 +293,7 @@ class CodeVerifier:
 def measure_reference(name: str, policy, *, repeats: int = 15, warmup: int = 2) -> list[int]:
     """The reference solution's runtime distribution (ns per call on the performance
     input), measured in the sandbox by timing the reference against itself."""
-    from .. import sandbox
+    from policylab.sandbox import runner as sandbox
 
     p = PROBLEMS[name]
     res = sandbox.run_job({"source": p.reference, "entry": p.name, "calls": [list(a) for a in p.tests],

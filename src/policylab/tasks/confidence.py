@@ -10,8 +10,8 @@ must equal the gold answer); `rlcr` reads the field itself with the strict parse
 
 from __future__ import annotations
 
-from .arithmetic import ArithmeticTask
-from .example import Example
+from policylab.tasks.arithmetic import ArithmeticTask
+from policylab.tasks.example import Example
 
 SUFFIX = (" Reply with the number, then on a new line 'Confidence: ' followed by the probability (from 0 to 1) "
           "that your number is right.")

@@ -22,9 +22,9 @@ The held-out problems are listed in a fixed shuffled order; the train stream has
 
 from __future__ import annotations
 
-from ..errors import PolicylabError
-from .arithmetic import _hash_ints
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.arithmetic import _hash_ints
+from policylab.tasks.example import Example
 
 FIRST = "What is {a} + {b}? Reply with only the number."
 SECOND = {"+": "Now add {c} to that. Reply with only the number.",

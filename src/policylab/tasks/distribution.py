@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 import random
 
-from ..errors import PolicylabError
-from ..rewards.distribution import MAPPERS
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.kernels.rewards.distribution import MAPPERS
+from policylab.tasks.example import Example
 
 
 def _problems() -> list[tuple[str, str, list[str], list[float]]]:

@@ -26,8 +26,8 @@ refused like a held-out example.
 
 from __future__ import annotations
 
-from ..errors import PolicylabError
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.example import Example
 
 HINT_KINDS = ("none", "answer", "worked")
 DEMONSTRATION_STYLES = ("answer", "worked")

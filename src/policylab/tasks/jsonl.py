@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import PolicylabError
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.example import Example
 
 
 def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: str = "answer") -> list[Example]:
@@ -74,7 +74,7 @@ def _warn_duplicates(path: Path, examples: list[Example]) -> None:
     different answers: the verifier can only count one of them as correct."""
     import warnings
 
-    from ..errors import PolicylabWarning
+    from policylab.errors import PolicylabWarning
 
     by_id: dict = {}
     for ex in examples:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 
-from ..errors import PolicylabError
-from .arithmetic import ArithmeticTask, _hash_ints
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.arithmetic import ArithmeticTask, _hash_ints
+from policylab.tasks.example import Example
 
 LABELS = ("A", "B", "C", "D")
 _OFFSETS = (-3, -2, -1, 1, 2, 3, 4, 5, -4, 10, -10)

@@ -8,10 +8,10 @@ per domain (reports are per domain, never only an average).
 
 from __future__ import annotations
 
-from ..errors import PolicylabError
-from .arithmetic import ArithmeticTask, _hash_ints
-from .example import Example
-from .sequence import SequenceTask
+from policylab.errors import PolicylabError
+from policylab.tasks.arithmetic import ArithmeticTask, _hash_ints
+from policylab.tasks.example import Example
+from policylab.tasks.sequence import SequenceTask
 
 DOMAINS = ("arithmetic", "sequence")
 

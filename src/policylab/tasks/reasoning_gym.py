@@ -9,8 +9,8 @@ import difflib
 import re
 from typing import Any, Callable, Sequence
 
-from ..errors import PolicylabError, ShapeError
-from .example import Example
+from policylab.errors import PolicylabError, ShapeError
+from policylab.tasks.example import Example
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -90,7 +90,7 @@ _MAX_SCAN = 200_000  # raw draws searched before a split is declared (nearly) em
 def last_number(completion: str) -> str | None:
     """The last number written in the reply (`rewards.verifiers.extract_last_number`), for
     datasets whose reference answer is a number and a model that does not use tags."""
-    from ..rewards.verifiers import extract_last_number
+    from policylab.kernels.rewards.verifiers import extract_last_number
 
     return extract_last_number(completion)
 
@@ -192,7 +192,7 @@ class ReasoningGymTask:
         return _unit_hash(f"policylab-rg-split:{self.split_seed}:{self.dataset}:{question}") < self.heldout_fraction
 
     def _example(self, entry: dict, split: str, **meta) -> Example:
-        from .example import Gold
+        from policylab.tasks.example import Gold
 
         question = str(entry["question"])
         answer = "" if entry.get("answer") is None else str(entry["answer"])
@@ -255,7 +255,7 @@ class ReasoningGymTask:
 
     @staticmethod
     def _repeat(ex: Example, r: int) -> Example:
-        from .example import Gold
+        from policylab.tasks.example import Gold
 
         meta = {**ex.meta, "repeat": r}
         return Example(ex.prompt, Gold(str(ex.answer), meta), meta)

@@ -12,9 +12,9 @@ to a problem by hashing (seed, p, attempt) and rejecting held-out ones; its stat
 
 from __future__ import annotations
 
-from ..errors import PolicylabError
-from .arithmetic import _hash_ints
-from .example import Example
+from policylab.errors import PolicylabError
+from policylab.tasks.arithmetic import _hash_ints
+from policylab.tasks.example import Example
 
 PROMPT = "What number comes next: {terms}? Reply with only the number."
 STARTS, STEPS = range(0, 20), range(1, 10)

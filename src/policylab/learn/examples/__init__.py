@@ -24,18 +24,18 @@ def example(name: str):
     return register
 
 
-from . import (  # noqa: E402,F401  (register the examples)
+from policylab.learn.examples import (
     core_advantages,
     core_geometry,
     core_graded,
     core_objectives,
-    more_objectives,
+    sequence_objectives as more_objectives,
     mixed_policy,
     offpolicy_async,
     offpolicy_engine,
     offpolicy_objectives,
     offpolicy_topics,
     pipelines,
-    rewards_more,
+    rich_rewards as rewards_more,
     testtime,
-)
+)  # noqa: E402,F401  (register the examples)

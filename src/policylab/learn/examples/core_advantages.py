@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import torch
-from ... import advantages as adv_mod
-from ... import aggregate as agg_mod
-from ... import filters, kl
-from ...errors import PolicylabError
-from ...rewards import pseudo_label_agreement, ttrl_rewards
-from ...rewards.verifiers import exact_numeric_reward
-from . import example
-from ._core_common import (
+from policylab.kernels import advantages as adv_mod
+from policylab.kernels import aggregate as agg_mod
+from policylab.kernels import filters, kl
+from policylab.errors import PolicylabError
+from policylab.kernels.rewards import pseudo_label_agreement, ttrl_rewards
+from policylab.kernels.rewards.verifiers import exact_numeric_reward
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import (
     F64,
     _t,
     _num,

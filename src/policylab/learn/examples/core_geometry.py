@@ -1,14 +1,14 @@
 """Worked examples: gradient geometry (cord's projection, gcpo's complement projection,
-iso's fixed spectrum), computed with the real kernels of `policylab.geometry`."""
+iso's fixed spectrum), computed with the real kernels of `policylab.kernels.geometry`."""
 
 from __future__ import annotations
 
 import torch
 
-from ... import geometry as geo
-from ...errors import PolicylabError
-from . import example
-from ._core_common import F64, _num, _nums, _t
+from policylab.kernels import geometry as geo
+from policylab.errors import PolicylabError
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import F64, _num, _nums, _t
 
 
 def _rows(m: torch.Tensor) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from ... import advantages as adv_mod
-from ...errors import PolicylabError
-from ...rewards.graded import numeric_interval, reward_vectors
-from . import example
-from ._core_common import F64, _nums, _t
+from policylab.kernels import advantages as adv_mod
+from policylab.errors import PolicylabError
+from policylab.kernels.rewards.graded import numeric_interval, reward_vectors
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import F64, _nums, _t
 
 
 def _intervals(pairs) -> torch.Tensor:

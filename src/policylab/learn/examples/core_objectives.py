@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import torch
-from ... import advantages as adv_mod
-from ... import aggregate as agg_mod
-from ... import filters, kl, objectives
+from policylab.kernels import advantages as adv_mod
+from policylab.kernels import aggregate as agg_mod
+from policylab.kernels import filters, kl, objectives
 
-from ...rewards import overlong_penalty
+from policylab.kernels.rewards import overlong_penalty
 
-from . import example
-from ._core_common import (
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import (
     F64,
     _t,
     _num,

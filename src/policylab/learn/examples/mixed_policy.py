@@ -1,7 +1,7 @@
 """Worked examples: mixed-policy methods (off_context_grpo, luffy, grin, moer, graft, erils).
 
-Every number comes from the kernels in `policylab.mixedpolicy.kernels` or from
-`policylab.advantages`; nothing here re-derives a formula.
+Every number comes from the kernels in `policylab.kernels.mixed` or from
+`policylab.kernels.advantages`; nothing here re-derives a formula.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import math
 
 import torch
 
-from ... import advantages as adv_mod
-from ...errors import PolicylabError
-from ...mixedpolicy import kernels as K
-from . import example
-from ._core_common import F64, _nums, _ragged, _t
+from policylab.kernels import advantages as adv_mod
+from policylab.errors import PolicylabError
+from policylab.kernels import mixed as K
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import F64, _nums, _ragged, _t
 
 
 def _err(fn) -> str:
@@ -141,7 +141,7 @@ def grin_mixture(p_old, alpha):
 @example("grin_injection_rule")
 def grin_injection_rule(group_size, alpha, ema):
     """How many gold rows an all-fail group gets under the success-decay schedule."""
-    from ...methods.stages.mixed import gold_count
+    from policylab.methods.stages.mixed import gold_count
 
     class P:
         grin_alpha, grin_schedule = alpha, "success_decay"
@@ -178,7 +178,7 @@ def grin_alpha_zero(lp_old, bad_alpha):
 @example("moer_unit_ratio")
 def moer_unit_ratio(lp, lp_old, adv):
     """Native row: ratio π/π_old (clipped surrogate); guided row: π/sg(π) = 1, gradient −A."""
-    from ... import objectives as O
+    from policylab.kernels import objectives as O
 
     x = _t([lp, lp]).view(2, 1).requires_grad_(True)
     old = _t([lp_old, lp_old]).view(2, 1)
@@ -192,7 +192,7 @@ def moer_unit_ratio(lp, lp_old, adv):
 @example("moer_schedule")
 def moer_schedule(prefix_frac, decay_steps, steps):
     """The prefix fraction over steps: linear decay, never increasing."""
-    from ...methods.stages.mixed import prefix_fraction
+    from policylab.methods.stages.mixed import prefix_fraction
 
     class P:
         pass
@@ -207,7 +207,7 @@ def moer_schedule(prefix_frac, decay_steps, steps):
 @example("moer_vs_luffy")
 def moer_vs_luffy(prob, adv, gamma):
     """An off-policy token: MOER's unit ratio gives gradient −A, LUFFY's shaping −A·π·γ/(π+γ)²."""
-    from ... import objectives as O
+    from policylab.kernels import objectives as O
 
     x = _t([[math.log(prob)]]).requires_grad_(True)
     den = K.unit_ratio_denominator(x, torch.zeros_like(x), torch.tensor([True]))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import torch
-from ... import corrections, objectives
+from policylab.kernels import corrections, objectives
 
-from . import example
-from ._offpolicy_common import (
+from policylab.learn.examples import example
+from policylab.learn.examples.offpolicy_common import (
     F64,
     _row,
     _log_row,
@@ -194,8 +194,8 @@ def sis_mechanism(topk, positions, seed):
     lp, ids, lmk, lpk, tok, lmu, mask = _sis_inputs(topk, topk, 0, positions)
     acc, m = corrections.sis(lp, ids, lmk, lpk, tok, lmu, mask, generator=torch.Generator().manual_seed(seed))
     # an accepted token's ratio denominator becomes sg(lp): ratio value 1, gradient ∇lp
-    from ...methods.loss import tensor_inputs
-    from ...methods.stages.losses import sis_denominator
+    from policylab.methods.loss import tensor_inputs
+    from policylab.methods.stages.losses import sis_denominator
 
     leaf = _leaf(lp[:, :1])
     inp = tensor_inputs(leaf, torch.ones(1, dtype=F64), _ones(leaf), logp_old=leaf.detach() - 0.5,

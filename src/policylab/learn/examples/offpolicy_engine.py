@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import torch
-from ... import aggregate as agg, corrections, objectives
+from policylab.kernels import aggregate as agg, corrections, objectives
 
-from . import example
-from ._offpolicy_common import (
+from policylab.learn.examples import example
+from policylab.learn.examples.offpolicy_common import (
     F64,
     _row,
     _log_row,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import inspect
 import math
 import torch
-from ... import advantages, aggregate as agg, corrections, methods, objectives
+from policylab.kernels import advantages, aggregate as agg, corrections, objectives
+from policylab import methods
 
-from . import example
-from ._offpolicy_common import (
+from policylab.learn.examples import example
+from policylab.learn.examples.offpolicy_common import (
     F64,
     _row,
     _log_row,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import torch
-from ... import advantages, aggregate as agg, corrections, kl, methods, objectives
+from policylab.kernels import advantages, aggregate as agg, corrections, kl, objectives
+from policylab import methods
 
-from ...rewards import ttrl_rewards
-from . import example
-from ._offpolicy_common import F64, _row, _log_row, _ones, _flat, _f, _leaf, _grad, _padded
+from policylab.kernels.rewards import ttrl_rewards
+from policylab.learn.examples import example
+from policylab.learn.examples.offpolicy_common import F64, _row, _log_row, _ones, _flat, _f, _leaf, _grad, _padded
 
 
 @example("xm_engine_vs_policy_ratio")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import PolicylabError
-from . import example
-from ._core_common import F64, _nums, _t
+from policylab.errors import PolicylabError
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import F64, _nums, _t
 
 
 def _ppo_rlhf(**over):
-    from ... import methods
+    from policylab import methods
 
     return methods.get("ppo_rlhf").with_params({"reward_model": "untrained", **over})
 
@@ -25,10 +25,10 @@ def _ppo_rlhf(**over):
 def _shaped(method, rm, lp_old, lp_ref, mask):
     """(token rewards [B, T], advantages [B, T]) through the method's round and GAE stages
     with zero critic values."""
-    from ...methods.loss import tensor_inputs
-    from ...methods.stages.advantages import token_rewards
-    from ...rollout import apply_changes
-    from ..figures._common import stage_context
+    from policylab.methods.loss import tensor_inputs
+    from policylab.methods.stages.advantages import token_rewards
+    from policylab.trainer.rollout import apply_changes
+    from policylab.learn.figures.common import stage_context
 
     inp = tensor_inputs(torch.zeros_like(lp_old), torch.zeros(lp_old.shape[0], dtype=F64), mask, rewards=_t(rm))
     b = inp.batch.replace(logp_old=lp_old, logp_ref=lp_ref, values=torch.zeros_like(lp_old)).validate()
@@ -45,7 +45,7 @@ def _shaped(method, rm, lp_old, lp_ref, mask):
 def rlhf_pair_loss(scores, margin):
     """The RM loss of one prompt's K ranked replies (best first) at `scores`, at equal
     scores, and for one pair with the winner `margin` above the loser and swapped."""
-    from ...pipelines.reward_model import pairwise_loss
+    from policylab.models.reward_model import pairwise_loss
 
     K = len(scores)
     ranks = _t([[float(K - i) for i in range(K)]])
@@ -74,7 +74,7 @@ def rlhf_shaped_reward(rm_score, lp_old, lp_ref, beta):
 def rlhf_reference_vs_ratio(rm_score, lp_old, lp_ref, lp, ref_shift):
     """π_ref moves the shaped reward (and the advantages), never the loss given them; the
     learner's lp moves only the ratio."""
-    from ...methods.loss import policy_loss, tensor_inputs
+    from policylab.methods.loss import policy_loss, tensor_inputs
 
     m = _ppo_rlhf()
     lo, lr, l = _t([lp_old]), _t([lp_ref]), _t([lp])
@@ -92,8 +92,8 @@ def rlhf_reference_vs_ratio(rm_score, lp_old, lp_ref, lp, ref_shift):
 def rlhf_true_preference(a, b):
     """The procedural preference set for a + b: the four ranked candidates and their true
     scores (the RM is trained on their C(4, 2) = 6 ordered pairs)."""
-    from ...pipelines import preferences
-    from ...tasks.arithmetic import ArithmeticTask
+    from policylab.tasks import preferences
+    from policylab.tasks.arithmetic import ArithmeticTask
 
     task = ArithmeticTask(ops=("+",), seed=0)
     ex = task._example("+", int(a), int(b), "train")
@@ -107,7 +107,7 @@ def rlhf_true_preference(a, b):
 @example("fusion_merge")
 def fusion_merge(base, experts, alphas):
     """Task-vector arithmetic on one two-element tensor: θ = θ_base + Σ α_k (θ_k − θ_base)."""
-    from ...pipelines.fusion import merge_task_vectors
+    from policylab.pipelines.fusion import merge_task_vectors
 
     merged = merge_task_vectors({"w": _t(base)}, [{"w": _t(e)} for e in experts], list(alphas))
     one = merge_task_vectors({"w": _t(base)}, [{"w": _t(experts[0])}], [1.0])
@@ -118,7 +118,7 @@ def fusion_merge(base, experts, alphas):
 @example("fusion_merge_refusal")
 def fusion_merge_refusal(base_shape, expert_shape):
     """A layout (or vocabulary) mismatch between base and expert is refused."""
-    from ...pipelines.fusion import merge_task_vectors
+    from policylab.pipelines.fusion import merge_task_vectors
 
     try:
         merge_task_vectors({"model.embed_tokens.weight": torch.zeros(base_shape, dtype=F64)},
@@ -132,7 +132,7 @@ def fusion_merge_refusal(base_shape, expert_shape):
 @example("fusion_mopd")
 def fusion_mopd(lp_student, lp_teacher):
     """MOPD's per-token advantage from the domain teacher, both horizons."""
-    from ...mixedpolicy import kernels as K
+    from policylab.kernels import mixed as K
 
     s, t = _t([lp_student]), _t([lp_teacher])
     mask = torch.ones_like(s, dtype=torch.bool)
@@ -147,7 +147,7 @@ def fusion_mopd(lp_student, lp_teacher):
 def fusion_per_domain(domains, accuracy_a, accuracy_b):
     """Two models' per-domain accuracies through the pipeline's summary: the mean is
     reported next to the worst domain, never alone."""
-    from ...pipelines.fusion import summarize_domains
+    from policylab.pipelines.fusion import summarize_domains
 
     a = summarize_domains(dict(zip(domains, accuracy_a)))
     b = summarize_domains(dict(zip(domains, accuracy_b)))

@@ -7,20 +7,28 @@ import math
 
 import torch
 
-from ... import aggregate as agg_mod
-from ... import methods
-from ...calibration import calib_rl, calibration_metrics, fit_temperature
-from ...coverage import coverage_at_k, sharpening_tax
-from ...errors import PolicylabError
-from ...methods.loss import loss_terms, tensor_inputs, term_masks
-from ...metrics import ece, pass_at_k
-from ...rewards import ttrl_rewards
-from ...testtime import (arithmetic_subquantity, entropy_bonus, probe_branch, probe_consistency,
-                         probe_erpo_advantages, rank_candidates, self_distill_nll, tasco_loss, ttpo_advantages,
-                         ttpo_split)
-from ...testtime.prefix_model import PrefixEmbedding
-from . import example
-from ._core_common import F64, _num, _nums, _ragged
+from policylab.kernels import aggregate as agg_mod
+from policylab import methods
+from policylab.eval.calibration import calib_rl, calibration_metrics, fit_temperature
+from policylab.eval.coverage import coverage_at_k, sharpening_tax
+from policylab.errors import PolicylabError
+from policylab.methods.loss import loss_terms, tensor_inputs, term_masks
+from policylab.kernels.metrics import ece, pass_at_k
+from policylab.kernels.rewards import ttrl_rewards
+from policylab.tasks.probes import arithmetic_subquantity, probe_consistency
+from policylab.kernels.testtime import (
+    entropy_bonus,
+    probe_branch,
+    probe_erpo_advantages,
+    rank_candidates,
+    self_distill_nll,
+    tasco_loss,
+    ttpo_advantages,
+    ttpo_split,
+)
+from policylab.models.soft_prefix import PrefixEmbedding
+from policylab.learn.examples import example
+from policylab.learn.examples.core_common import F64, _num, _nums, _ragged
 
 
 def _split(answers, probs, tau_conv, tau_err, level="token"):
@@ -54,7 +62,7 @@ def ttpo_vs_ttrl(answers, probs):
     token-mean) vs TTPO (self-distillation NLL, token mean over its own set)."""
     texts, r, agree, p, mask, d, rl, adv, info, _ = _split(answers, probs, 1.0, 1.0)
     g = torch.zeros(len(texts), dtype=torch.long)
-    from ... import advantages as A
+    from policylab.kernels import advantages as A
 
     a_ttrl = A.grpo(torch.nan_to_num(r).to(F64), g, eps=0.0)
     i = int(agree.nonzero()[0])

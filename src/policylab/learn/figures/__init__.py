@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ... import methods
-from ..bank import _load_yaml
-from ...errors import PolicylabError
-from ...methods.spec import Method, RunShape
+from policylab import methods
+from policylab.learn.bank import _load_yaml
+from policylab.errors import PolicylabError
+from policylab.methods.spec import Method, RunShape
 
 HERE = Path(__file__).resolve().parent
 DEFS_DIR = HERE / "defs"
@@ -517,7 +517,15 @@ def alt_text(fig: Figure, lang: str) -> str:
     return head + " ".join(parts)
 
 
-from . import (  # noqa: E402,F401  (register the views)
-    views_advantages, views_corrections, views_geometry, views_mixed, views_more, views_objectives, views_pipelines,
-    views_rewards, views_rewards_more, views_testtime,
-)
+from policylab.learn.figures import (
+    views_advantages,
+    views_corrections,
+    views_geometry,
+    views_mixed,
+    views_sequence as views_more,
+    views_objectives,
+    views_pipelines,
+    views_rewards,
+    views_rich_rewards as views_rewards_more,
+    views_testtime,
+)  # noqa: E402,F401  (register the views)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from ... import advantages as A
-from ...methods.spec import Method
-from . import Mark, Panel, Series, T, view
-from ._common import F64, advantages, bare_batch, grid
+from policylab.kernels import advantages as A
+from policylab.methods.spec import Method
+from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.common import F64, advantages, bare_batch, grid
 
 ADV = T("advantage A", "优势 A")
 POS = T("position t in the response", "回答中的位置 t")

@@ -8,10 +8,19 @@ import math
 
 import torch
 
-from ... import corrections as C
-from ...methods.spec import Method
-from . import Mark, Panel, Series, T, view
-from ._common import COEF, ENGINE_RATIO, F64, coefficient, grid, host_only, objective_only, variant_label
+from policylab.kernels import corrections as C
+from policylab.methods.spec import Method
+from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.common import (
+    COEF,
+    ENGINE_RATIO,
+    F64,
+    coefficient,
+    grid,
+    host_only,
+    objective_only,
+    variant_label,
+)
 
 
 def _band_marks(method: Method, only=None) -> tuple[list[float], list[Mark]]:

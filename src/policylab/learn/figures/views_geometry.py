@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from ...methods.context import SetupContext
-from ...methods.spec import Method
-from ...methods.stages.geometry import RETENTION_STATE, iso_layers
-from . import RUN, Mark, Panel, Series, T, view
-from ._common import F64, grid, stage_context, stage_named
+from policylab.methods.context import SetupContext
+from policylab.methods.spec import Method
+from policylab.methods.stages.geometry import RETENTION_STATE, iso_layers
+from policylab.learn.figures import RUN, Mark, Panel, Series, T, view
+from policylab.learn.figures.common import F64, grid, stage_context, stage_named
 
 
 def _setup(method: Method, stage) -> SetupContext:

@@ -12,10 +12,10 @@ import math
 
 import torch
 
-from ...methods.loss import policy_loss, tensor_inputs
-from ...methods.spec import Method
-from . import Mark, Panel, Series, T, view
-from ._common import COEF, F64, grid, objective_only, stage_context
+from policylab.methods.loss import policy_loss, tensor_inputs
+from policylab.methods.spec import Method
+from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.common import COEF, F64, grid, objective_only, stage_context
 
 _PRODUCER = {"native": "policy", "demonstration": "solver", "gold": "solver", "expert": "solver",
              "guided": "policy+solver", "hinted": "policy", "external": "external"}
@@ -107,7 +107,7 @@ def source_advantages(method: Method, *, native: list, external: int = 2, lo: fl
     reward of `external` external rows in the same group (spread ± `spread` around it),
     with the method's own advantage stage; the pooled GRPO normalization of the same
     group (the group-wide mean and std) as the reference curve."""
-    from ... import advantages as adv_mod
+    from policylab.kernels import advantages as adv_mod
 
     n = len(native)
     xs = grid(lo, hi, points)

@@ -9,11 +9,11 @@ import math
 
 import torch
 
-from ... import aggregate as agg
-from ...methods.loss import policy_loss, tensor_inputs, term_masks
-from ...methods.spec import Method
-from . import Mark, Panel, Series, T, view
-from ._common import COEF, F64, SAME_RATIO, coefficient, grid, objective_only, variant_label
+from policylab.kernels import aggregate as agg
+from policylab.methods.loss import policy_loss, tensor_inputs, term_masks
+from policylab.methods.spec import Method
+from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.common import COEF, F64, SAME_RATIO, coefficient, grid, objective_only, variant_label
 
 
 def _clip_marks(method: Method) -> tuple[list[float], list[Mark]]:

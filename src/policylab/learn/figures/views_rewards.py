@@ -7,12 +7,12 @@ from collections import Counter
 
 import torch
 
-from ...filters import dynamic_sampling_keep
-from ...methods.spec import Method
-from ...rewards.verifiers import exact_numeric_reward
-from ...rewards.graded import parse_dimensions
-from . import Mark, Panel, Series, T, view
-from ._common import F64, bare_batch, reward_stage, stage_context, stage_named
+from policylab.kernels.filters import dynamic_sampling_keep
+from policylab.methods.spec import Method
+from policylab.kernels.rewards.verifiers import exact_numeric_reward
+from policylab.kernels.rewards.graded import parse_dimensions
+from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.common import F64, bare_batch, reward_stage, stage_context, stage_named
 
 REWARD = T("reward", "奖励")
 
@@ -23,8 +23,8 @@ def overlong_penalty(method: Method, *, beyond: int = 8) -> list[Panel]:
     method's reward stage `overlong` on rows of every length 1..L_max + `beyond`
     (L_max, L_cache from the method's parameters, resolved against the run's budget)."""
     stage = stage_named(method, "reward", "overlong")
-    from ...methods.context import Sampled
-    from ...methods.stages.rewards import overlong_cache
+    from policylab.methods.context import Sampled
+    from policylab.methods.stages.rewards import overlong_cache
 
     L_max = int(method.p.overlong_max)
     lengths = list(range(1, L_max + int(beyond) + 1))

@@ -21,4 +21,4 @@ object that says what it reads, writes and which parameters it takes. Signatures
 replace them. A stage that writes a field it did not declare is refused.
 """
 
-from . import advantages, filters, losses, rewards, rounds, sources  # noqa: F401
+from policylab.methods.stages import advantages, filters, losses, rewards, rounds, sources  # noqa: F401

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from ... import advantages as A
-from ... import objectives as O
-from ...batch import RolloutBatch
-from ...corrections._common import masked_log_ratio
-from ...errors import PolicylabError
-from ..context import StageContext
-from ..spec import Advantages, Stage
+from policylab.kernels import advantages as A
+from policylab.kernels import objectives as O
+from policylab.batch import RolloutBatch
+from policylab.kernels.corrections.common import masked_log_ratio
+from policylab.errors import PolicylabError
+from policylab.methods.context import StageContext
+from policylab.methods.spec import Advantages, Stage
 
 
 def scalar_rewards(batch: RolloutBatch, method: str) -> torch.Tensor:

@@ -3,10 +3,10 @@ by sampling more prompts (the trainer's refill loop), never padded with zero adv
 
 from __future__ import annotations
 
-from ...batch import RolloutBatch
-from ...filters import dynamic_sampling_keep
-from ..context import StageContext
-from ..spec import Stage
+from policylab.batch import RolloutBatch
+from policylab.kernels.filters import dynamic_sampling_keep
+from policylab.methods.context import StageContext
+from policylab.methods.spec import Stage
 
 
 def dynamic_sampling(batch: RolloutBatch, ctx: StageContext):

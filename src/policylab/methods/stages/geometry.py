@@ -1,7 +1,7 @@
 """Gradient-geometry stages: model transforms (LoRA frames for GCPO, fixed-spectrum
 layers for ISO), gradient transforms on the accumulated full-step gradient (CORD's
 projection, GCPO's projected factor gradients) and post-step constraints (GCPO's
-re-projection, ISO's retraction). Kernels in `policylab.geometry`."""
+re-projection, ISO's retraction). Kernels in `policylab.kernels.geometry`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import fnmatch
 import torch
 from torch import nn
 
-from ... import geometry as geo
-from ...errors import MissingQuantityError, PolicylabError
-from ..spec import Stage
+from policylab.kernels import geometry as geo
+from policylab.errors import MissingQuantityError, PolicylabError
+from policylab.methods.spec import Stage
 
 RETENTION_STATE = "cord_retention"
 

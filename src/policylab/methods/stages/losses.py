@@ -12,13 +12,13 @@ import math
 
 import torch
 
-from ... import advantages as A
-from ... import corrections as C
-from ... import kl as kl_mod
-from ... import objectives as O
-from ..._checks import masked_mean
-from ...errors import PolicylabError
-from ..spec import LossInputs, Stage, Weighting
+from policylab.kernels import advantages as A
+from policylab.kernels import corrections as C
+from policylab.kernels import kl as kl_mod
+from policylab.kernels import objectives as O
+from policylab.kernels.checks import masked_mean
+from policylab.errors import PolicylabError
+from policylab.methods.spec import LossInputs, Stage, Weighting
 
 # ----------------------------------------------------------------------------- objectives
 

@@ -24,14 +24,14 @@ import math
 
 import torch
 
-from ...batch import LEARNER, RolloutBatch
-from ...errors import PolicylabError
-from ...mixedpolicy import kernels as K
-from ...mixedpolicy.rows import assemble, build_rows, real_prompts, response_ids, with_prompts
-from ...tasks import guidance
-from ..context import Sampled, StageContext
-from ..spec import Advantages, LossInputs, Stage, Weighting
-from .advantages import scalar_rewards
+from policylab.batch import LEARNER, RolloutBatch
+from policylab.errors import PolicylabError
+from policylab.kernels import mixed as K
+from policylab.methods.rows import assemble, build_rows, real_prompts, response_ids, with_prompts
+from policylab.tasks import guidance
+from policylab.methods.context import Sampled, StageContext
+from policylab.methods.spec import Advantages, LossInputs, Stage, Weighting
+from policylab.methods.stages.advantages import scalar_rewards
 
 _NATIVE_WRITES = ("tokens", "loss_mask", "logp_behavior", "behavior_mask", "group", "policy_version", "source",
                   "producer")

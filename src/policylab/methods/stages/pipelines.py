@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import PolicylabError
-from ...mixedpolicy import kernels as K
-from ...mixedpolicy.state import Teachers
-from ...pipelines import preferences
-from ...pipelines.reward_model import RewardModelState
-from ..context import Sampled, StageContext
-from ..spec import Advantages, Stage
-from . import sources
+from policylab.errors import PolicylabError
+from policylab.kernels import mixed as K
+from policylab.methods.peers import Teachers
+from policylab.tasks import preferences
+from policylab.models.reward_model import RewardModelState
+from policylab.methods.context import Sampled, StageContext
+from policylab.methods.spec import Advantages, Stage
+from policylab.methods.stages import sources
 
 # ----------------------------------------------------------------------------- ppo_rlhf
 
@@ -65,7 +65,7 @@ def build_teachers(model, setup):
 def with_domains(n_prompts: int, ctx: StageContext) -> Sampled:
     """The learner's own rollouts (as `sources.ON_POLICY`), each row tagged with the domain
     of its prompt (extras["domain"] [B], an index into `tasks.mixture.DOMAINS`)."""
-    from ...tasks.mixture import domain_index
+    from policylab.tasks.mixture import domain_index
 
     s = sources.on_policy(n_prompts, ctx)
     d = torch.tensor([domain_index(e) for e in s.examples], dtype=torch.long)
@@ -75,7 +75,7 @@ def with_domains(n_prompts: int, ctx: StageContext) -> Sampled:
 
 def teacher_logprobs(batch, ctx: StageContext):
     """Each row's log-probs under the (frozen) teacher of its domain, once per round."""
-    from ...tasks.mixture import DOMAINS
+    from policylab.tasks.mixture import DOMAINS
 
     if "domain" not in batch.extras:
         raise PolicylabError("fusion (MOPD) needs extras['domain'] per row (its source tags it)")
@@ -92,7 +92,7 @@ def mopd(batch, ctx: StageContext) -> Advantages:
     """A = −(lp_student − lp_teacher) per token (or its return-to-go, `mopd_horizon`);
     the student is the learner at the round's start (`logp_current`). Logs the mean
     per-token gap to the teacher per domain, never only its average."""
-    from ...tasks.mixture import DOMAINS
+    from policylab.tasks.mixture import DOMAINS
 
     batch.require("fusion", "logp_current")
     if "logp_teacher" not in batch.extras or "domain" not in batch.extras:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from ...batch import RolloutBatch, source_kind
-from ..context import StageContext
-from ..spec import Stage
+from policylab.batch import RolloutBatch, source_kind
+from policylab.methods.context import StageContext
+from policylab.methods.spec import Stage
 
 
 def split_metrics(batch: RolloutBatch, labels: list[str], tag: str) -> dict[str, float]:
@@ -52,7 +52,7 @@ SOURCE_METRICS = Stage("round", source_metrics, reads=("source", "rewards", "out
 def domain_metrics(batch: RolloutBatch, ctx: StageContext):
     """Metrics split by task domain (extras["domain"], an index into `tasks.mixture.DOMAINS`):
     a mixture of domains is reported per domain, never only as an average."""
-    from ...tasks.mixture import DOMAINS
+    from policylab.tasks.mixture import DOMAINS
 
     if "domain" not in batch.extras:
         return {}, {}

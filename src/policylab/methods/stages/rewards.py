@@ -10,10 +10,10 @@ import math
 
 import torch
 
-from ... import rewards as rw
-from ...errors import PolicylabError
-from ..context import Sampled, StageContext
-from ..spec import Stage
+from policylab.kernels import rewards as rw
+from policylab.errors import PolicylabError
+from policylab.methods.context import Sampled, StageContext
+from policylab.methods.spec import Stage
 
 
 def verifier(s: Sampled, ctx: StageContext):
@@ -26,7 +26,7 @@ def verifier(s: Sampled, ctx: StageContext):
 
 def majority_vote(s: Sampled, ctx: StageContext):
     """TTRL: reward 1 when a sample's extracted answer equals its group's majority answer
-    (`policylab.rewards.ttrl_rewards`, no gold argument). Groups without a majority (a
+    (`policylab.kernels.rewards.ttrl_rewards`, no gold argument). Groups without a majority (a
     tie, nothing parseable) get NaN rewards and `outcome["eligible"] = False`: the
     `ELIGIBLE` filter must remove them (anything that reads them first fails on the NaN).
     The gold answers are read only for `gold_correct` and the pseudo-label agreement, both
@@ -71,7 +71,7 @@ def greedy_baseline(s: Sampled, ctx: StageContext):
 def line_steps(s: Sampled, ctx: StageContext):
     """Rule-based process rewards for `grpo_process`: a response's lines are its steps,
     each scored by the task verifier (`rewards.process.line_steps`)."""
-    from ...rewards.process import line_steps as steps
+    from policylab.kernels.rewards.process import line_steps as steps
 
     if not hasattr(ctx.rollout, "tokenizer"):
         raise PolicylabError("line_steps needs the rollout backend's tokenizer to split responses into lines")
@@ -93,7 +93,7 @@ LINE_STEPS = Stage("reward", line_steps, writes=("extras.step_rewards", "extras.
 def interval_judge(s: Sampled, ctx: StageContext):
     """A judge's [low, high] reward interval per reply (`rewards.graded`), for
     estimators that read intervals (Range-GRPO)."""
-    from ...rewards.graded import INTERVAL_JUDGES
+    from policylab.kernels.rewards.graded import INTERVAL_JUDGES
 
     iv = INTERVAL_JUDGES[ctx.p.interval_judge](s.texts, [e.answer for e in s.examples])
     info = {"reward/interval_low_mean": float(iv[:, 0].mean()),
@@ -104,7 +104,7 @@ def interval_judge(s: Sampled, ctx: StageContext):
 def reward_dimensions(s: Sampled, ctx: StageContext):
     """D rule-based reward dimensions per reply (`rewards.graded`), [B, D], for
     estimators that normalize each dimension on its own (GPRL)."""
-    from ...rewards.graded import parse_dimensions, reward_vectors
+    from policylab.kernels.rewards.graded import parse_dimensions, reward_vectors
 
     names = parse_dimensions(ctx.p.dimensions)
     v = reward_vectors(s.texts, [e.answer for e in s.examples], names)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from ... import corrections as corr
-from ... import kl as kl_mod
-from ...batch import RolloutBatch
-from ...errors import PolicylabError
-from ..context import StageContext
-from ..spec import Stage
+from policylab.kernels import corrections as corr
+from policylab.kernels import kl as kl_mod
+from policylab.batch import RolloutBatch
+from policylab.errors import PolicylabError
+from policylab.methods.context import StageContext
+from policylab.methods.spec import Stage
 
 
 def _metrics(prefix: str, m: dict) -> dict:

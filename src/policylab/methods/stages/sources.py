@@ -7,8 +7,8 @@ records the behavior's top-K log-probs at every position (SIS needs its envelope
 
 from __future__ import annotations
 
-from ..context import Sampled, StageContext
-from ..spec import Stage
+from policylab.methods.context import Sampled, StageContext
+from policylab.methods.spec import Stage
 
 
 def _generate(n_prompts: int, ctx: StageContext, record_topk: int) -> Sampled:

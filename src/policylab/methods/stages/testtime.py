@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import torch
 
-from ... import rewards as rw
-from ...batch import LEARNER, concat_batches
-from ...errors import PolicylabError
-from ...rewards.verifiers import extract_last_number
-from ...testtime import probe as PR
-from ...testtime import probes as PB
-from ...testtime import tasco as TA
-from ...testtime import ttpo as TT
-from ...testtime.prefix_model import attach_prefix
-from ..context import Sampled, StageContext
-from ..spec import Advantages, LossInputs, Stage
+from policylab.kernels import rewards as rw
+from policylab.batch import LEARNER, concat_batches
+from policylab.errors import PolicylabError
+from policylab.kernels.rewards.verifiers import extract_last_number
+from policylab.kernels.testtime import probe as PR
+from policylab.tasks import probes as PB
+from policylab.kernels.testtime import tasco as TA
+from policylab.kernels.testtime import ttpo as TT
+from policylab.models.soft_prefix import attach_prefix
+from policylab.methods.context import Sampled, StageContext
+from policylab.methods.spec import Advantages, LossInputs, Stage
 
 # ----------------------------------------------------------------------------- votes
 

@@ -1,0 +1,38 @@
+"""Objectives: per-token loss matrices `[B, T]` plus detached diagnostics; never aggregated.
+
+Every objective returns `(loss [B, T], metrics)`: loss is exactly 0 at masked positions,
+metrics are detached 0-dim tensors with the keys `METRIC_KEYS` (explained in
+`objectives._metrics`). Reduce the loss with `policylab.kernels.aggregate.aggregate`.
+
+    ppo_clip    token PPO clip (+ DAPO clip-higher, + dual clip)        ppo.py
+    gspo        sequence ratio, one clip per response                   gspo.py
+    gspo_token  sequence ratio with per-token advantages                gspo.py
+    cispo       clipped detached IS weight × log-prob                   cispo.py
+    gppo        PPO values, bounded gradients on clipped tokens         gppo.py
+    reinforce   −A·lp with an optional detached weight                  reinforce.py
+"""
+
+from policylab.kernels.objectives.common import DEFAULT_LOG_RATIO_CLAMP, METRIC_KEYS
+from policylab.kernels.objectives.cispo import cispo
+from policylab.kernels.objectives.gppo import gppo
+from policylab.kernels.objectives.gspo import gspo, gspo_token
+from policylab.kernels.objectives.ppo import ppo_clip
+from policylab.kernels.objectives.reinforce import reinforce
+
+__all__ = [
+    "ppo_clip",
+    "gspo",
+    "gspo_token",
+    "cispo",
+    "gppo",
+    "reinforce",
+    "METRIC_KEYS",
+    "DEFAULT_LOG_RATIO_CLAMP",
+]
+
+# trust-region and sequence-level objectives (issue 4 family)
+from policylab.kernels.objectives.ripo import ripo, ripo_bounds, clip_to_bounds  # noqa: E402
+from policylab.kernels.objectives.fdiv import gppo_fdiv, fdiv_bounds, fdiv_value, DIVERGENCES, TOPOLOGIES  # noqa: E402
+from policylab.kernels.objectives.tapo import tapo, prefix_geometric_ratio  # noqa: E402
+from policylab.kernels.objectives.luspo import luspo  # noqa: E402
+from policylab.kernels.objectives.ggpo import ggpo, gibbs_coefficients  # noqa: E402

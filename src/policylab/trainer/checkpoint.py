@@ -1,0 +1,452 @@
+"""Checkpoints: safetensors weights + the full training state, written atomically, read
+without running code.
+
+Layout of a run directory's checkpoints:
+
+    checkpoints/step_000010/model.safetensors   policy weights (and critic.safetensors)
+    checkpoints/step_000010/state.json          optimizer, scheduler, every RNG, data position,
+    checkpoints/step_000010/state.safetensors   controllers, stale batches, policy version, step
+                                                (policylab.trainer.safestate: JSON + tensors, no pickle)
+    checkpoints/LATEST                          name of the newest complete checkpoint
+
+A checkpoint is written into a temporary directory, flushed, then renamed into place;
+LATEST is replaced atomically only after that. An interrupted write (kill -9, Ctrl-C, full
+disk) therefore leaves at most a stray `.tmp-*` directory (removed by `clean_stray` at the
+next start), never a corrupt latest checkpoint. Weights that are not finite are never
+written: `save_checkpoint` refuses them and the previous checkpoint stays the latest.
+
+Reading is confined to the run: LATEST must name a `step_N` directory directly inside the
+run's own `checkpoints/` (no absolute path, no `..`, no symlink out of it). A checkpoint
+of the older pickle format (`state.pt`) is refused with the command that converts it
+(`policylab convert-checkpoint RUN_DIR --i-trust-this-file`, `convert_legacy`), since
+unpickling a file can run arbitrary code. A damaged file (truncated safetensors, broken
+JSON) is named in the error together with the newest intact earlier checkpoint, which
+`policylab resume RUN_DIR --from step_N` can continue from.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from policylab.trainer import safestate
+from policylab.errors import CheckpointError, NonFiniteError, RunDirError
+
+STEP_RE = re.compile(r"step_[0-9]{1,12}")
+LEGACY_STATE = "state.pt"
+TRUST_FLAG = "--i-trust-this-file"
+
+
+def rng_state() -> dict:
+    """Every global RNG the run touches: python, numpy, torch CPU."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _state_dict_for_save(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    # tied weights (lm_head = embed_tokens) share storage: safetensors refuses shared
+    # tensors, so store each storage once and let load_state_dict(strict=False) re-tie.
+    seen: dict[int, str] = {}
+    out = {}
+    for name, t in model.state_dict().items():
+        key = t.untyped_storage().data_ptr()
+        if key in seen:
+            continue
+        seen[key] = name
+        out[name] = t.detach().contiguous().clone()
+    return out
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def step_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def _no_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text
+
+
+def _not_writable(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+        return True
+    text = str(exc)
+    return "Permission denied" in text or "Read-only file system" in text
+
+
+def first_nonfinite_weight(models: dict[str, torch.nn.Module]) -> str | None:
+    """`key weight name` of the first tensor holding NaN or +-inf, or None."""
+    for key, model in models.items():
+        for name, t in model.state_dict().items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                return f"{key} weight `{name}`"
+    return None
+
+
+DIVERGED_ADVICE = "the updates diverged: lower train.lr, keep train.grad_clip > 0 and train.skip_nonfinite on"
+
+
+def check_finite_weights(models: dict[str, torch.nn.Module], what: str) -> None:
+    """Raise NonFiniteError naming the first parameter that holds NaN or +-inf."""
+    bad = first_nonfinite_weight(models)
+    if bad:
+        raise NonFiniteError(f"refusing to write {what}: {bad} holds NaN or inf ({DIVERGED_ADVICE})")
+
+
+def save_checkpoint(run_dir: Path, step: int, models: dict[str, torch.nn.Module], state: dict, keep: int = 2) -> Path:
+    """Write checkpoint `step` atomically and point LATEST at it; prune to `keep` newest.
+
+    Refused (CheckpointError / NonFiniteError, LATEST unchanged, no stray directory): weights
+    with NaN or inf, a full disk, a directory that cannot be written."""
+    root = Path(run_dir) / "checkpoints"
+    _not_a_link(root)
+    name = step_name(step)
+    previous = _latest_name_or_none(run_dir)
+    kept = f"the previous checkpoint {previous} is intact (LATEST unchanged)" if previous else "no earlier checkpoint exists"
+    try:
+        check_finite_weights(models, f"checkpoint {name} in {root}")
+    except NonFiniteError as exc:
+        raise NonFiniteError(f"{exc}; {kept}") from None
+    tmp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / name
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+        for key, model in models.items():
+            from safetensors.torch import save_file
+
+            save_file(_state_dict_for_save(model), str(tmp / f"{key}.safetensors"))
+        safestate.save_state(state, tmp)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        latest_tmp = root / ".LATEST.tmp"
+        latest_tmp.write_text(name + "\n")
+        with open(latest_tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(latest_tmp, root / "LATEST")
+        _fsync_dir(root)
+    except BaseException as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, Exception) and _no_space(exc):
+            raise CheckpointError(
+                f"no space left on device while writing checkpoint {name} in {root}; {kept}. "
+                f"Free some space, then `policylab resume {run_dir}`"
+            ) from exc
+        if isinstance(exc, Exception) and _not_writable(exc):
+            raise CheckpointError(f"cannot write checkpoint {name} in {root} ({exc}); {kept}") from exc
+        raise
+    ckpts = sorted(p for p in root.iterdir() if p.is_dir() and STEP_RE.fullmatch(p.name))
+    for old in ckpts[:-keep] if keep > 0 else []:
+        if old.name != name:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# ------------------------------------------------------------------------------ reading
+def _root(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _inside(root: Path, name: str) -> Path:
+    """root/name if `name` is a step directory directly inside `root`, else CheckpointError."""
+    if not STEP_RE.fullmatch(name):
+        raise CheckpointError(
+            f"{root / 'LATEST'} names {name!r}, which is not a checkpoint of this run (only a step_N "
+            f"directory inside {root} is ever followed)"
+        )
+    path = root / name
+    if path.is_symlink() or (path.exists() and path.resolve().parent != root.resolve()):
+        raise CheckpointError(f"{path} is a link out of {root}; a checkpoint must be a directory inside the run")
+    return path
+
+
+def _not_a_link(root: Path) -> None:
+    if root.is_symlink():
+        raise CheckpointError(f"{root} is a link; a run's checkpoints/ must be a directory inside the run")
+
+
+def _latest_name_or_none(run_dir: Path) -> str | None:
+    pointer = _root(run_dir) / "LATEST"
+    try:
+        name = pointer.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if STEP_RE.fullmatch(name) else None
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's step directories (by name, oldest first); links out of the run are left out."""
+    root = _root(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir()
+                  if STEP_RE.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+
+
+def _legacy_error(run_dir: Path, path: Path) -> CheckpointError:
+    return CheckpointError(
+        f"{path} holds {LEGACY_STATE}, the older pickle-based checkpoint format, which can run arbitrary code when "
+        f"loaded; policylab no longer reads it. If you trust where this run came from, convert it once with "
+        f"`policylab convert-checkpoint {run_dir} {TRUST_FLAG}`"
+    )
+
+
+def verify_checkpoint(path: Path, model_keys=("model",)) -> None:
+    """Check that every file of the checkpoint `path` is present and readable (safetensors
+    headers cover their files, state.json parses); raise CheckpointError naming the file."""
+    path = Path(path)
+    from safetensors import SafetensorError, safe_open
+
+    if not (path / safestate.JSON_NAME).exists() and (path / LEGACY_STATE).exists():
+        raise CheckpointError(f"{path / LEGACY_STATE}: old pickle format")
+    names = [f"{k}.safetensors" for k in model_keys] + [safestate.TENSORS_NAME]
+    for n in names + [safestate.JSON_NAME]:
+        f = path / n
+        if f.is_symlink():
+            raise CheckpointError(f"{f} is a link; a checkpoint file must be a plain file")
+        if not f.is_file():
+            raise CheckpointError(f"{f} is missing")
+    for n in names:
+        try:
+            with safe_open(str(path / n), "pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path / n} is truncated or damaged ({exc})") from None
+    try:
+        safestate.read_document(path / safestate.JSON_NAME)
+    except safestate.StateFormatError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def _intact_before(run_dir: Path, path: Path, model_keys) -> str | None:
+    for p in reversed(list_checkpoints(run_dir)):
+        if p.name >= path.name:
+            continue
+        try:
+            verify_checkpoint(p, model_keys)
+            return p.name
+        except CheckpointError:
+            continue
+    return None
+
+
+def damaged(run_dir: Path, path: Path, problem: str, model_keys=("model",)) -> CheckpointError:
+    """The error for a damaged checkpoint: the problem, and the intact one to fall back to."""
+    prev = _intact_before(run_dir, path, model_keys)
+    offer = (f"the previous checkpoint {prev} is intact: `policylab resume {run_dir} --from {prev}` continues from it "
+             f"(`policylab eval {run_dir} --from {prev}` evaluates it)") if prev else "no earlier intact checkpoint exists"
+    return CheckpointError(f"checkpoint {path.name} is damaged: {problem}; {offer}")
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint, or None when the run has none. Stray temporary
+    directories are ignored. LATEST must name a step directory inside the run's
+    `checkpoints/`; an old-format checkpoint raises CheckpointError with the command that
+    converts it."""
+    root = _root(run_dir)
+    _not_a_link(root)
+    pointer = root / "LATEST"
+    if not pointer.is_file():
+        return None
+    try:
+        name = pointer.read_text().strip()
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{pointer} is not a checkpoint name (not text)") from None
+    path = _inside(root, name)
+    if not path.is_dir():
+        raise damaged(run_dir, path, f"{pointer} names {name}, which is missing")
+    if not (path / safestate.JSON_NAME).exists() and (path / LEGACY_STATE).is_file():
+        raise _legacy_error(run_dir, path)
+    return path
+
+
+def checkpoint_from(run_dir: Path, spec: str) -> Path:
+    """The checkpoint `--from SPEC` names: step_000004, step_4 or 4 (inside the run only)."""
+    root = _root(run_dir)
+    s = str(spec).strip()
+    digits = s[5:] if s.startswith("step_") else s
+    if not digits.isdigit() or len(digits) > 12:
+        raise CheckpointError(f"--from {spec!r}: give a checkpoint as step_N or N (e.g. --from step_000004)")
+    path = _inside(root, step_name(int(digits)))
+    if not path.is_dir():
+        have = ", ".join(p.name for p in list_checkpoints(run_dir)) or "none"
+        raise CheckpointError(f"--from {spec}: {path} does not exist (checkpoints of this run: {have})")
+    if not (path / safestate.JSON_NAME).exists() and (path / LEGACY_STATE).is_file():
+        raise _legacy_error(run_dir, path)
+    return path
+
+
+def load_checkpoint(path: Path, models: dict[str, torch.nn.Module], run_dir: Path | None = None) -> dict:
+    """Load weights into `models` (in place) and return the saved training state. Every
+    file is checked before anything is loaded; a damaged one raises CheckpointError naming
+    it (and, given `run_dir`, the intact earlier checkpoint)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    run_dir = Path(run_dir) if run_dir is not None else path.parent.parent
+    keys = tuple(models)
+    try:
+        verify_checkpoint(path, keys)
+    except CheckpointError as exc:
+        if (path / LEGACY_STATE).exists() and not (path / safestate.JSON_NAME).exists():
+            raise _legacy_error(run_dir, path) from None
+        raise damaged(run_dir, path, str(exc), keys) from None
+    try:
+        state = safestate.load_state(path)
+    except safestate.StateFormatError as exc:
+        raise damaged(run_dir, path, str(exc), keys) from None
+    for key, model in models.items():
+        f = path / f"{key}.safetensors"
+        try:
+            weights = load_file(str(f))
+        except (SafetensorError, OSError) as exc:
+            raise damaged(run_dir, path, f"{f} is truncated or damaged ({exc})", keys) from None
+        try:
+            missing, unexpected = model.load_state_dict(weights, strict=False)
+        except RuntimeError as exc:  # shapes differ
+            raise CheckpointError(f"checkpoint {f} does not match the model: {str(exc).splitlines()[0]}") from None
+        tied = {n for n in missing if "lm_head" in n}
+        if set(missing) - tied or unexpected:
+            raise CheckpointError(f"checkpoint {f} does not match the model: missing {missing}, unexpected {unexpected}")
+        if tied and hasattr(model, "tie_weights"):
+            model.tie_weights()
+    if not isinstance(state, dict):
+        raise damaged(run_dir, path, f"{path / safestate.JSON_NAME} does not hold a state mapping", keys)
+    return state
+
+
+# --------------------------------------------------------------------------- housekeeping
+def clean_stray(run_dir: Path) -> list[str]:
+    """Remove what an interrupted checkpoint write left behind (`.tmp-step_*` directories,
+    `.LATEST.tmp`); return the names removed."""
+    root = _root(run_dir)
+    if not root.is_dir():
+        return []
+    removed = []
+    for p in sorted(root.iterdir()):
+        if p.name.startswith(".tmp-step_") and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+        elif p.name == ".LATEST.tmp" and p.is_file():
+            p.unlink()
+            removed.append(p.name)
+    return removed
+
+
+def checkpoint_bytes(models: dict[str, torch.nn.Module], optimizers=()) -> int:
+    """Bytes one checkpoint takes: every model's (deduplicated) tensors, plus the optimizer
+    state the optimizers will hold (AdamW: two moments per trainable parameter)."""
+    total = 0
+    for model in models.values():
+        seen = set()
+        for t in model.state_dict().values():
+            key = t.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += t.numel() * t.element_size()
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                total += 2 * p.numel() * p.element_size() + 8
+    return total
+
+
+def _free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def preflight(run_dir: Path, need_bytes: int | None = None) -> None:
+    """Before step 1: the run directory and its checkpoints/ can be written (a probe file is
+    created and removed) and, given `need_bytes`, the disk has room for one checkpoint.
+    Raises RunDirError with what to change."""
+    run_dir = Path(run_dir)
+    root = _root(run_dir)
+    _not_a_link(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=run_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise RunDirError(
+            f"run directory {run_dir} cannot be written ({why}: {exc.filename or root}); nothing was trained. "
+            "Choose a writable run_dir (--set run_dir=...)"
+        ) from None
+    if need_bytes:
+        free = _free_bytes(root)
+        if free < need_bytes:
+            raise RunDirError(
+                f"not enough disk space for a checkpoint in {root}: one needs about {need_bytes / 2**20:.0f} MiB, "
+                f"{free / 2**20:.0f} MiB are free; nothing was trained. Free some space or choose another run_dir"
+            )
+
+
+def convert_legacy(run_dir: Path, *, trust: bool) -> list[Path]:
+    """Rewrite every old-format checkpoint of the run (state.pt, a pickle) as state.json +
+    state.safetensors. Unpickling can run arbitrary code, so this needs `trust=True` (the
+    CLI's --i-trust-this-file). The state.pt files are left in place (no longer read)."""
+    run_dir = Path(run_dir)
+    todo = [p for p in list_checkpoints(run_dir)
+            if (p / LEGACY_STATE).is_file() and not (p / safestate.JSON_NAME).exists()]
+    if not todo:
+        raise CheckpointError(f"{run_dir} has no old-format checkpoint to convert")
+    if not trust:
+        raise CheckpointError(
+            f"converting {', '.join(p.name for p in todo)} unpickles {LEGACY_STATE}, which runs any code the file "
+            f"contains; pass {TRUST_FLAG} only if you trust where {run_dir} came from"
+        )
+    done = []
+    for p in todo:
+        try:
+            state = torch.load(p / LEGACY_STATE, weights_only=False)
+        except Exception as exc:  # a damaged pickle: name the file
+            raise CheckpointError(f"{p / LEGACY_STATE} cannot be read ({type(exc).__name__}: {exc})") from None
+        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=p))
+        try:
+            written = safestate.save_state(state, tmp)
+            for f in written:
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+            os.replace(tmp / safestate.TENSORS_NAME, p / safestate.TENSORS_NAME)
+            os.replace(tmp / safestate.JSON_NAME, p / safestate.JSON_NAME)  # last: marks the step converted
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        done.append(p)
+    return done
