@@ -17,22 +17,22 @@ _MISMATCH = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with the 
              "against the uncorrected run, same seed (benchmarks/results/offpolicy.md: the diagnostics show what "
              "it weighted or masked; rewards within noise of the uncorrected run at this scale)")
 _REAL_12B = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer, finite metrics "
-             "(benchmarks/results/methods_real_12b.md); no learning claim")
+             "(benchmarks/results/methods_real_graded_and_geometry.md); no learning claim")
 _TINY_ONLY = ("kernel verified; trainer steps on a tiny random Llama in the test suite (invariants on real tensors); "
               "not yet run on SmolLM2-135M-Instruct: no real-model numbers")
 _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with staleness 2: 8 steps against the "
           "uncorrected run, same seed (benchmarks/results/offpolicy.md); no learning claim at this scale")
 
 _REAL_12A = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer{task}, finite "
-             "metrics (benchmarks/results/methods_real_12a.md); no learning claim")
+             "metrics (benchmarks/results/methods_real_sequence_objectives.md); no learning claim")
 _TASKS_12A = {"tlm_dre": " on the two-turn arithmetic dialogue (no dialogue fully correct in the 3 steps: every "
                          "trajectory negative, only the push-down branch ran)", "rlid": " on the menu-label arithmetic task",
               "stare": " (the results file does not record whether the entropy gate opened: below the 0.3-nat "
                        "target it reweights, above it the steps are GRPO's)"}
-# the methods of this group whose run is recorded in methods_real_12a (the others keep their kernel status)
+# the methods of this group whose run is recorded in methods_real_sequence_objectives (the others keep their kernel status)
 _RUN_12A = ("conspo", "erpo", "rlid", "stare", "tlm_dre", "zcpo")
 _REAL14 = ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct ({opt} optimizer steps), finite metrics "
-           "(benchmarks/results/methods_real_14.md){extra}; no learning claim")
+           "(benchmarks/results/methods_real_mixed_policy.md){extra}; no learning claim")
 _SELF = (", the {role} model a frozen copy of the initial policy (no second model of another size or tokenizer on "
          "this machine)")
 
@@ -117,15 +117,15 @@ EVIDENCE = {
                             "everywhere, so no update"),
     "rlcr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the confidence task with the "
              "answer format in a system prompt, sampled at T = 0.3, 24 new tokens (benchmarks/results/"
-             "methods_real_13c.md): 3 of 16 replies stated a parseable confidence in step 2 (Brier 0.205, mean "
+             "methods_real_rich_rewards_followable_prompts.md): 3 of 16 replies stated a parseable confidence in step 2 (Brier 0.205, mean "
              "confidence 0.73), the others went through the explicit missing/malformed penalty path; at T = 1 no "
-             "reply ever stated one (methods_real_13a.md); no learning claim"),
+             "reply ever stated one (methods_real_rich_rewards.md); no learning claim"),
     **{name: _REAL_12B for name in ("cord", "range_grpo", "gprl", "iso")},
     "gcpo": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct with LoRA rank 8 (2 optimizer steps: the "
-             "first batch had reward 0 everywhere), finite metrics (benchmarks/results/methods_real_12b.md); no "
+             "first batch had reward 0 everywhere), finite metrics (benchmarks/results/methods_real_graded_and_geometry.md); no "
              "learning claim"),
     "reco": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct with 2 minibatches each (6 optimizer steps: "
-             "the variance ratio sees a moved policy), finite metrics (benchmarks/results/methods_real_12a.md); no "
+             "the variance ratio sees a moved policy), finite metrics (benchmarks/results/methods_real_sequence_objectives.md); no "
              "learning claim"),
     "grin": _REAL14.format(opt=3, extra=", gold injected into all-fail groups (the gold rows' accuracy is 1 by "
                            "construction; the reward column counts them)"),
@@ -137,28 +137,28 @@ EVIDENCE = {
                             "on the receiver's all-fail prompts the peer's groups were all correct (not mixed); the "
                             "import path has run only in the test suite"),
     "mad_rl": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct on the distribution task with "
-               "task.class_mapper=single_mention (benchmarks/results/methods_real_13c.md): 6-25% of replies named one "
+               "task.class_mapper=single_mention (benchmarks/results/methods_real_rich_rewards_followable_prompts.md): 6-25% of replies named one "
                "outcome, the invalid ones kept in f̂'s denominator (invalid_frac 0.75-0.94, TV to the target "
-               "0.80-0.93); with the exact mapper every reply was invalid and nothing updated (methods_real_13a.md); "
+               "0.80-0.93); with the exact mapper every reply was invalid and nothing updated (methods_real_rich_rewards.md); "
                "no learning claim"),
     "code_opt": ("kernel verified; 3 trainer steps on SmolLM2-135M-Instruct on the sandboxed code task (2 prompts x 8, "
                  "64 new tokens): 1 optimizer step (1 of 8 programs correct in step 1, none in steps 2-3, so equal "
-                 "rewards), the speed term never non-zero (benchmarks/results/methods_real_13a.md); no learning claim"),
+                 "rewards), the speed term never non-zero (benchmarks/results/methods_real_rich_rewards.md); no learning claim"),
     "rlcpr": ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct, finite metrics, the posterior gate "
-              "closed on 1 group in 12 (benchmarks/results/methods_real_13a.md); no learning claim"),
+              "closed on 1 group in 12 (benchmarks/results/methods_real_rich_rewards.md); no learning claim"),
     "rfpo": ("kernel verified; a critic trained on 48 of the base model's own labelled rollouts, then 3 real "
-             "optimizer steps on SmolLM2-135M-Instruct, finite metrics (benchmarks/results/methods_real_13a.md). "
+             "optimizer steps on SmolLM2-135M-Instruct, finite metrics (benchmarks/results/methods_real_rich_rewards.md). "
              "That critic's calibration Brier (0.38) is worse than the base rate's (0.16): its rewards carry "
              "little signal at this size; no learning claim"),
     # test-time adaptation (unlabeled prompts; the reward is the model's own agreement, not gold)
     "ttpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, self-vote on unlabeled prompts: 3 "
-             "optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no learning claim"),
+             "optimizer steps, finite metrics (benchmarks/results/methods_real_test_time.md); no learning claim"),
     "probe_erpo": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, probes answered by the model's "
-                   "greedy decode: 3 optimizer steps, finite metrics (benchmarks/results/methods_real_13b.md); no "
+                   "greedy decode: 3 optimizer steps, finite metrics (benchmarks/results/methods_real_test_time.md); no "
                    "learning claim"),
     "tasco": ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct through the soft prefix (HF generate "
               "with the prefix, K = 2 perturbed copies): 3 optimizer steps of the prefix, finite metrics "
-              "(benchmarks/results/methods_real_13b.md); no learning claim"),
+              "(benchmarks/results/methods_real_test_time.md); no learning claim"),
     "ppo_rlhf": ("kernel verified; the whole pipeline (SFT -> reward model -> PPO through `policylab train`) ran end to "
                  "end on SmolLM2-135M-Instruct with small step counts (benchmarks/results/ppo_rlhf_pipeline.md): the RM's "
                  "held-out pair accuracy on the procedural preference set is measured there; PPO's before/after numbers "
