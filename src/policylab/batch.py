@@ -144,7 +144,7 @@ class SamplingSettings:
 
 
 _BT_FLOAT = ("logp_behavior", "logp_old", "logp_ref", "logp_current", "values", "token_rewards")
-_BT_FIELDS = _BT_FLOAT + ("behavior_mask",)  # every [B, T] field (trimmed and padded with the response columns)
+BT_FIELDS = _BT_FLOAT + ("behavior_mask",)  # every [B, T] field (trimmed and padded with the response columns)
 _B_FIELDS = ("rewards", "greedy_rewards")
 
 

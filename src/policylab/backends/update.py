@@ -20,7 +20,7 @@ import torch
 
 from policylab.kernels import aggregate as agg
 from policylab.kernels.checks import masked_mean
-from policylab.batch import _BT_FIELDS, RolloutBatch
+from policylab.batch import BT_FIELDS, RolloutBatch
 from policylab.models.logprobs import model_logprobs
 from policylab.methods.loss import loss_terms, term_masks
 from policylab.methods.spec import LossInputs, Method
@@ -44,7 +44,7 @@ def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> t
         "loss_mask": mb.loss_mask[:, :T_keep],
         "prompt_width": P - first,
     }
-    for name in _BT_FIELDS:
+    for name in BT_FIELDS:
         t = getattr(mb, name)
         if t is not None:
             changes[name] = t[:, :T_keep]

@@ -61,7 +61,7 @@ import torch
 
 from policylab.batch import RolloutBatch, SamplingSettings
 from policylab.models.logprobs import kept_set, restrict_to
-from policylab.engines.hf import HFEngine, _sampling_rng
+from policylab.engines.hf import HFEngine, sampling_rng
 from policylab.engines.llama_decoder import LlamaDecoder, UnsupportedModel
 
 __all__ = ["FastEngine", "UnsupportedModel"]
@@ -156,7 +156,7 @@ class FastEngine(HFEngine):
         group_ids = self._check_request(prompts, sampling, group_size, max_new_tokens, group_ids)
         ids, pmask = self._left_pad(prompts)
         G = group_size
-        with _sampling_rng(seed, self._device) as used_seed:
+        with sampling_rng(seed, self._device) as used_seed:
             out = self._decode(ids, pmask, G, max_new_tokens, sampling, record_topk)
         response, logp, topk = out
         P, B = ids.shape[1], response.shape[0]

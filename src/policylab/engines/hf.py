@@ -112,7 +112,7 @@ class HFEngine:
             output_scores=True, return_dict_in_generate=True,
             **self._menu_restriction(sampling),
         )
-        with _sampling_rng(seed, self._device) as used_seed:
+        with sampling_rng(seed, self._device) as used_seed:
             out = self._run(input_ids, prompt_mask, config)
         P = input_ids.shape[1]
         response = out.sequences[:, P:]
@@ -271,7 +271,7 @@ def _pad_id(tokenizer) -> int:
 
 
 @contextlib.contextmanager
-def _sampling_rng(seed: int | torch.Generator | None, device: torch.device):
+def sampling_rng(seed: int | torch.Generator | None, device: torch.device):
     """Yield the int seed sampling runs under (None: the global RNG, not forked)."""
     if seed is None:
         yield None

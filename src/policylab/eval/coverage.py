@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from policylab.errors import PolicylabError, ShapeError
-from policylab.kernels.metrics import _counts, pass_at_k
+from policylab.kernels.metrics import as_counts, pass_at_k
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def pool_counts(task_ids: Sequence, n, c) -> tuple[tuple, torch.Tensor, torch.Te
     """Merge repeated task ids (e.g. an evaluation that cycles through its problems):
     their samples are independent draws of the same task, so n and c add up. Ids keep the
     order of their first appearance."""
-    n_t, c_t = torch.broadcast_tensors(_counts(n, "n"), _counts(c, "c"))
+    n_t, c_t = torch.broadcast_tensors(as_counts(n, "n"), as_counts(c, "c"))
     if n_t.dim() != 1 or len(task_ids) != n_t.shape[0]:
         raise ShapeError(f"{len(task_ids)} task ids for counts of shape {tuple(n_t.shape)}")
     order: dict = {}
@@ -63,7 +63,7 @@ def coverage_at_k(task_ids: Sequence, n, c, k: int) -> Coverage:
         raise ShapeError("no tasks: coverage is undefined")
     if len(set(ids)) != len(ids):
         raise PolicylabError("task ids repeat: merge repeated tasks with `pool_counts` first")
-    n_t, c_t = torch.broadcast_tensors(_counts(n, "n"), _counts(c, "c"))
+    n_t, c_t = torch.broadcast_tensors(as_counts(n, "n"), as_counts(c, "c"))
     if n_t.shape != (len(ids),):
         raise ShapeError(f"{len(ids)} task ids for counts of shape {tuple(n_t.shape)}")
     return Coverage(k, ids, n_t, c_t, pass_at_k(n_t, c_t, k))

@@ -84,9 +84,9 @@ def decision_logits(model, prompts: list[list[int]], choice_ids: list[int], *, p
     restricted to `choice_ids`: `[N, C]` float64, and the probability mass the full
     next-token distribution puts on those choices `[N]` (how much of the decision the
     restriction keeps). Prompts are left-padded; positions count real tokens only."""
-    from policylab.models.logprobs import _split_head
+    from policylab.models.logprobs import split_head
 
-    decoder, head, softcap = _split_head(model)
+    decoder, head, softcap = split_head(model)
     ids = torch.tensor(choice_ids, dtype=torch.long)
     dev = next(model.parameters()).device
     was_training = model.training

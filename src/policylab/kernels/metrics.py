@@ -11,7 +11,7 @@ from policylab.kernels.checks import check_finite, check_same_shape
 from policylab.errors import PolicylabError, ShapeError
 
 
-def _counts(x, name: str) -> torch.Tensor:
+def as_counts(x, name: str) -> torch.Tensor:
     t = torch.as_tensor(x)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         if t.is_floating_point() and bool((t == t.round()).all()) and bool(torch.isfinite(t).all()):
@@ -42,7 +42,7 @@ def pass_at_k(n, c, k: int) -> torch.Tensor:
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise PolicylabError(f"`k` must be an int >= 1, got {k!r}")
-    n_t, c_t = torch.broadcast_tensors(_counts(n, "n"), _counts(c, "c"))
+    n_t, c_t = torch.broadcast_tensors(as_counts(n, "n"), as_counts(c, "c"))
     if n_t.numel() == 0:
         return torch.zeros(n_t.shape, dtype=torch.float64)
     if bool((n_t < k).any()):

@@ -51,7 +51,7 @@ __all__ = ["token_logprobs", "model_logprobs", "kept_set", "restrict_to"]
 # ----------------------------------------------------------------------------------------
 # the row kernel
 # ----------------------------------------------------------------------------------------
-def _validate_settings(temperature: float, top_k: int, top_p: float, chunk_size: int | None) -> None:
+def validate_settings(temperature: float, top_k: int, top_p: float, chunk_size: int | None) -> None:
     if not temperature > 0:
         raise ValueError(
             f"`temperature` must be > 0, got {temperature} (greedy decoding is not a "
@@ -246,7 +246,7 @@ def token_logprobs(
     target is outside the kept set (log-prob -inf: it cannot have been sampled under
     these settings) or the logits are NaN/inf there.
     """
-    _validate_settings(temperature, top_k, top_p, chunk_size)
+    validate_settings(temperature, top_k, top_p, chunk_size)
     if logits.dim() != 3 or not logits.is_floating_point():
         raise ShapeError(f"`logits` must be a float [B, T, V] tensor, got {logits.dtype} {tuple(logits.shape)}")
     if targets.shape != logits.shape[:2] or targets.dtype != torch.long:
@@ -311,7 +311,7 @@ def model_logprobs(
     if not 1 <= prompt_width < L:
         raise ShapeError(f"`prompt_width` must be in [1, {L}) for L = {L}, got {prompt_width}")
     s = sampling
-    _validate_settings(s.temperature, s.top_k, s.top_p, chunk_size)
+    validate_settings(s.temperature, s.top_k, s.top_p, chunk_size)
     targets = tokens[:, prompt_width:]
     if mask is None:
         mask = attention_mask[:, prompt_width:]
@@ -322,7 +322,7 @@ def model_logprobs(
     inp, am = tokens[:, :-1], attention_mask[:, :-1]
     position_ids = (am.long().cumsum(-1) - 1).masked_fill(~am, 0)
     if response_only_logits:
-        decoder, head, softcap = _split_head(model)
+        decoder, head, softcap = split_head(model)
         out = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
         hidden = out.last_hidden_state[:, prompt_width - 1 :]
         return logprobs_from_hidden(hidden, head, softcap, targets, mask, sampling=s, chunk_size=chunk_size,
@@ -356,7 +356,7 @@ def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targ
     return _finish(lp, ent, targets, mask, with_entropy, settings)
 
 
-def _split_head(model: torch.nn.Module):
+def split_head(model: torch.nn.Module):
     """(decoder returning last_hidden_state, output head, softcap or None) of a causal LM."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
@@ -393,7 +393,7 @@ def model_logprobs_at(
         raise ShapeError(f"`ids` must be [B, T, K] with T = {L - prompt_width}, got {tuple(ids.shape)}")
     inp, am = tokens[:, :-1], attention_mask[:, :-1]
     position_ids = (am.long().cumsum(-1) - 1).masked_fill(~am, 0)
-    decoder, head, softcap = _split_head(model)
+    decoder, head, softcap = split_head(model)
     hidden = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
     hidden = hidden.last_hidden_state[:, prompt_width - 1 :]
     z = head(hidden).float()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from policylab.errors import PolicylabError
-from policylab.models.logprobs import _split_head, _validate_settings, logprobs_from_hidden
+from policylab.models.logprobs import split_head, validate_settings, logprobs_from_hidden
 
 __all__ = ["SharedPrefix", "distinct_prompts", "shared_prefix_or_none"]
 
@@ -114,7 +114,7 @@ def _prefix(model, uniq: torch.Tensor, P: int):
     """Forward of the distinct prompt blocks: per-layer keys and values
     [U, kv_heads, P, head_dim] (layer 0 keys, layer 0 values, ...) and the final hidden
     state at the last prompt column [U, H] (it predicts the first response token)."""
-    decoder, _, _ = _split_head(model)
+    decoder, _, _ = split_head(model)
     u_tok, u_mask = uniq[:, :P], uniq[:, P:].bool()
     u_pos = (u_mask.long().cumsum(-1) - 1).masked_fill(~u_mask, 0)
     try:
@@ -140,12 +140,12 @@ def _suffix_logprobs(model, kv, h_last, tokens, attention_mask, P, *, sampling, 
     from transformers import DynamicCache
 
     s = sampling
-    _validate_settings(s.temperature, s.top_k, s.top_p, chunk_size)
+    validate_settings(s.temperature, s.top_k, s.top_p, chunk_size)
     L = tokens.shape[1]
     targets = tokens[:, P:]
     if mask is None:
         mask = attention_mask[:, P:]
-    decoder, head, softcap = _split_head(model)
+    decoder, head, softcap = split_head(model)
     hidden = h_last[:, None]  # [R, 1, H]: predicts response token 0
     if L - P > 1:
         am = attention_mask[:, :-1]

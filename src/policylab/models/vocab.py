@@ -152,10 +152,10 @@ def _scatter(values: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> tor
 def response_hidden(model, tokens: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
     """(final hidden states [B, T, H] at the positions predicting the response tokens, the
     output head, the softcap) of a causal LM, with the position ids `model_logprobs` uses."""
-    from policylab.models.logprobs import _split_head
+    from policylab.models.logprobs import split_head
 
     inp, am = tokens[:, :-1], attention_mask[:, :-1]
     position_ids = (am.long().cumsum(-1) - 1).masked_fill(~am, 0)
-    decoder, head, softcap = _split_head(model)
+    decoder, head, softcap = split_head(model)
     out = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
     return out.last_hidden_state[:, prompt_width - 1:], head, softcap

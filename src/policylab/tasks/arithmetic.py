@@ -36,7 +36,7 @@ _ENUMERATE_LIMIT = 200_000  # problems; above this the held-out set is sampled, 
 _MAX_ATTEMPTS = 10_000
 
 
-def _hash_ints(text: str, count: int) -> list[int]:
+def hash_ints(text: str, count: int) -> list[int]:
     digest = hashlib.blake2b(text.encode(), digest_size=8 * count).digest()
     return [int.from_bytes(digest[8 * j : 8 * j + 8], "little") for j in range(count)]
 
@@ -85,7 +85,7 @@ class ArithmeticTask:
     def is_heldout(self, op: str, a: int, b: int) -> bool:
         """The split rule (see module docstring)."""
         x, y = (min(a, b), max(a, b)) if op in ("+", "*") else (a, b)
-        u = _hash_ints(f"policylab-arith-split:{self.split_seed}:{op}:{x}:{y}", 1)[0] / 2**64
+        u = hash_ints(f"policylab-arith-split:{self.split_seed}:{op}:{x}:{y}", 1)[0] / 2**64
         return u < self.heldout_fraction
 
     def _example(self, op: str, a: int, b: int, split: str, **meta) -> Example:
@@ -95,7 +95,7 @@ class ArithmeticTask:
                        {"op": op, "a": a, "b": b, "split": split, **meta})
 
     def _draw(self, tag: str, index: int, attempt: int) -> tuple[str, int, int]:
-        h = _hash_ints(f"{tag}:{index}:{attempt}", 3)
+        h = hash_ints(f"{tag}:{index}:{attempt}", 3)
         width = self.hi - self.lo + 1
         return self.ops[h[0] % len(self.ops)], self.lo + h[1] % width, self.lo + h[2] % width
 
@@ -143,7 +143,7 @@ class ArithmeticTask:
         pool = [(op, a, b) for op in self.ops for a in range(self.lo, self.hi + 1)
                 for b in range(self.lo, self.hi + 1) if self.is_heldout(op, a, b)]
         # a fixed shuffled order, so heldout(n) for small n mixes ops and operands
-        return sorted(pool, key=lambda p: _hash_ints(f"policylab-arith-order:{self.split_seed}:{p}", 1)[0])
+        return sorted(pool, key=lambda p: hash_ints(f"policylab-arith-order:{self.split_seed}:{p}", 1)[0])
 
     def heldout_size(self) -> int | None:
         """Number of distinct held-out problems (None when the space is too large to list)."""

@@ -23,7 +23,7 @@ The held-out problems are listed in a fixed shuffled order; the train stream has
 from __future__ import annotations
 
 from policylab.errors import PolicylabError
-from policylab.tasks.arithmetic import _hash_ints
+from policylab.tasks.arithmetic import hash_ints
 from policylab.tasks.example import Example
 
 FIRST = "What is {a} + {b}? Reply with only the number."
@@ -53,7 +53,7 @@ class TwoTurnArithmeticTask:
         self._pool = sorted(
             [(a, b, o, c) for a in range(self.lo, self.hi + 1) for b in range(self.lo, self.hi + 1)
              for o in second_ops for c in _C if self.is_heldout(a, b, o, c)],
-            key=lambda p: _hash_ints(f"policylab-dialogue-order:{self.split_seed}:{p}", 1)[0])
+            key=lambda p: hash_ints(f"policylab-dialogue-order:{self.split_seed}:{p}", 1)[0])
         total = (self.hi - self.lo + 1) ** 2 * len(second_ops) * len(_C)
         if len(self._pool) in (0, total):
             raise PolicylabError(f"the {'held-out' if not self._pool else 'train'} split is empty for {self._config()}")
@@ -64,7 +64,7 @@ class TwoTurnArithmeticTask:
 
     def is_heldout(self, a: int, b: int, op: str, c: int) -> bool:
         x, y = min(a, b), max(a, b)
-        u = _hash_ints(f"policylab-dialogue-split:{self.split_seed}:{x}:{y}:{op}:{c}", 1)[0] / 2**64
+        u = hash_ints(f"policylab-dialogue-split:{self.split_seed}:{x}:{y}:{op}:{c}", 1)[0] / 2**64
         return u < self.heldout_fraction
 
     def _example(self, a: int, b: int, op: str, c: int, split: str, **meta) -> Example:
@@ -77,7 +77,7 @@ class TwoTurnArithmeticTask:
     def _train_problem(self, position: int):
         width = self.hi - self.lo + 1
         for attempt in range(_MAX_ATTEMPTS):
-            h = _hash_ints(f"policylab-dialogue-train:{self.seed}:{position}:{attempt}", 4)
+            h = hash_ints(f"policylab-dialogue-train:{self.seed}:{position}:{attempt}", 4)
             p = (self.lo + h[0] % width, self.lo + h[1] % width, self.second_ops[h[2] % len(self.second_ops)],
                  _C[h[3] % len(_C)])
             if not self.is_heldout(*p):

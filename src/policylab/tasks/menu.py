@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from policylab.errors import PolicylabError
-from policylab.tasks.arithmetic import ArithmeticTask, _hash_ints
+from policylab.tasks.arithmetic import ArithmeticTask, hash_ints
 from policylab.tasks.example import Example
 
 LABELS = ("A", "B", "C", "D")
@@ -48,7 +48,7 @@ class MenuArithmeticTask:
     def _menu(self, ex: Example) -> Example:
         op, a, b = ex.meta["op"], ex.meta["a"], ex.meta["b"]
         value = int(ex.answer)
-        h = _hash_ints(f"policylab-menu:{op}:{a}:{b}", 2 + len(self.labels))
+        h = hash_ints(f"policylab-menu:{op}:{a}:{b}", 2 + len(self.labels))
         offsets = list(_OFFSETS)
         distractors = []
         for j in range(len(self.labels) - 1):

@@ -9,7 +9,7 @@ per domain (reports are per domain, never only an average).
 from __future__ import annotations
 
 from policylab.errors import PolicylabError
-from policylab.tasks.arithmetic import ArithmeticTask, _hash_ints
+from policylab.tasks.arithmetic import ArithmeticTask, hash_ints
 from policylab.tasks.example import Example
 from policylab.tasks.sequence import SequenceTask
 
@@ -71,7 +71,7 @@ class MixtureTask:
     def train_prompts(self, n: int) -> list[Example]:
         out = []
         for _ in range(n):
-            u = _hash_ints(f"policylab-mix:{self.seed}:{self.position}", 1)[0] / 2**64
+            u = hash_ints(f"policylab-mix:{self.seed}:{self.position}", 1)[0] / 2**64
             d = next(dd for dd, c in zip(self.domains, self.cum) if u < c or c == self.cum[-1])  # P(d) = mix[d]
             ex = self.tasks[d].train_prompts(1)[0]
             out.append(Example(ex.prompt, ex.answer, {**ex.meta, "domain": d}))

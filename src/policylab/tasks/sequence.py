@@ -13,7 +13,7 @@ to a problem by hashing (seed, p, attempt) and rejecting held-out ones; its stat
 from __future__ import annotations
 
 from policylab.errors import PolicylabError
-from policylab.tasks.arithmetic import _hash_ints
+from policylab.tasks.arithmetic import hash_ints
 from policylab.tasks.example import Example
 
 PROMPT = "What number comes next: {terms}? Reply with only the number."
@@ -27,10 +27,10 @@ class SequenceTask:
         self.seed, self.heldout_fraction, self.split_seed = int(seed), heldout_fraction, int(split_seed)
         self.position = 0
         self._held = sorted(((s, d) for s in STARTS for d in STEPS if self.is_heldout(s, d)),
-                            key=lambda p: _hash_ints(f"policylab-seq-order:{self.split_seed}:{p}", 1)[0])
+                            key=lambda p: hash_ints(f"policylab-seq-order:{self.split_seed}:{p}", 1)[0])
 
     def is_heldout(self, s: int, d: int) -> bool:
-        return _hash_ints(f"policylab-seq-split:{self.split_seed}:{s}:{d}", 1)[0] / 2**64 < self.heldout_fraction
+        return hash_ints(f"policylab-seq-split:{self.split_seed}:{s}:{d}", 1)[0] / 2**64 < self.heldout_fraction
 
     def _example(self, s: int, d: int, split: str, **meta) -> Example:
         terms = ", ".join(str(s + k * d) for k in range(4))
@@ -44,7 +44,7 @@ class SequenceTask:
         out = []
         for _ in range(n):
             for attempt in range(10_000):
-                h = _hash_ints(f"policylab-seq-train:{self.seed}:{self.position}:{attempt}", 2)
+                h = hash_ints(f"policylab-seq-train:{self.seed}:{self.position}:{attempt}", 2)
                 s, d = STARTS[h[0] % len(STARTS)], STEPS[h[1] % len(STEPS)]
                 if not self.is_heldout(s, d):
                     break

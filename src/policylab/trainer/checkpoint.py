@@ -127,7 +127,7 @@ def save_checkpoint(run_dir: Path, step: int, models: dict[str, torch.nn.Module]
     root = Path(run_dir) / "checkpoints"
     _not_a_link(root)
     name = step_name(step)
-    previous = _latest_name_or_none(run_dir)
+    previous = latest_name_or_none(run_dir)
     kept = f"the previous checkpoint {previous} is intact (LATEST unchanged)" if previous else "no earlier checkpoint exists"
     try:
         check_finite_weights(models, f"checkpoint {name} in {root}")
@@ -197,7 +197,7 @@ def _not_a_link(root: Path) -> None:
         raise CheckpointError(f"{root} is a link; a run's checkpoints/ must be a directory inside the run")
 
 
-def _latest_name_or_none(run_dir: Path) -> str | None:
+def latest_name_or_none(run_dir: Path) -> str | None:
     pointer = _root(run_dir) / "LATEST"
     try:
         name = pointer.read_text().strip()

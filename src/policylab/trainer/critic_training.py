@@ -122,7 +122,7 @@ def train_frozen_critic(cfg, out_dir: str | Path, *, prompts: int = 64, group_si
     from policylab.models.loading import load_policy
     from policylab.trainer.rollout import sampling_from
     from policylab.tasks.source import build_task
-    from policylab.trainer.support import _build_engine
+    from policylab.trainer.support import build_engine
 
     if prompts < 2 or group_size < 1 or not 0 < calib_fraction < 1:
         raise ValueError("train-critic needs >= 2 prompts, group_size >= 1 and calib_fraction in (0, 1)")
@@ -132,7 +132,7 @@ def train_frozen_critic(cfg, out_dir: str | Path, *, prompts: int = 64, group_si
     model, tokenizer = load_policy(cfg.model)
     model.eval().requires_grad_(False)
     task = build_task(cfg.task, seed=cfg.seed)
-    engine = _build_engine(model, tokenizer, cfg.rollout)
+    engine = build_engine(model, tokenizer, cfg.rollout)
     groups = collect_labelled(model, tokenizer, engine, task, prompts=prompts, group_size=group_size,
                               max_new_tokens=cfg.rollout.max_new_tokens, sampling=sampling_from(cfg.rollout),
                               system_prompt=cfg.task.system_prompt)

@@ -34,13 +34,13 @@ from policylab.methods.context import SetupContext, StageContext
 from policylab.methods.spec import RunShape
 from policylab.trainer.rollout import apply_changes, collect, sampling_from
 from policylab.trainer.support import (
-    _adamw,
-    _build_engine,
-    _lr_lambda,
-    _mean_dicts,
-    _rollout_metrics,
-    _seed_everything,
-    _wrap_lora,
+    adamw,
+    build_engine,
+    lr_lambda,
+    mean_dicts,
+    rollout_metrics,
+    seed_everything,
+    wrap_lora,
     load_run_config,
     save_config,
 )
@@ -68,7 +68,7 @@ class Trainer:
         if cfg.keep_freed_memory:
             runtime.keep_freed_memory()
         runtime.reset_peak_memory()  # sys/peak_rss_mb: this run's peak, not the process's so far
-        _seed_everything(cfg.seed)
+        seed_everything(cfg.seed)
         self.shape = run_shape(cfg)
         self.method = methods.get(cfg.method).with_params(cfg.method_params, self.shape)
         t = cfg.train
@@ -81,7 +81,7 @@ class Trainer:
         if "logp_ref" in self.method.roles:
             ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         if t.lora_rank > 0:
-            self.model = _wrap_lora(self.model, t)
+            self.model = wrap_lora(self.model, t)
         self.controllers = self.method.state_objects(cfg.seed)
         setup = SetupContext(p=None, run=self.shape, state=self.controllers, tokenizer=self.tokenizer)
         for stage in self.method.active("model"):  # e.g. a reparametrization, before the optimizer exists
@@ -91,8 +91,8 @@ class Trainer:
             from policylab.models.critic import ValueModel
 
             self.critic = ValueModel(self.model).to(self.device)
-            self.critic_opt = _adamw(self.critic.parameters(), lr=t.critic_lr)
-        engine = _build_engine(self.model, self.tokenizer, cfg.rollout)
+            self.critic_opt = adamw(self.critic.parameters(), lr=t.critic_lr)
+        engine = build_engine(self.model, self.tokenizer, cfg.rollout)
         self.engine = engine
         # every sampling request first checks that the step's estimated memory fits (policylab.trainer.memory)
         self.rollout = LocalRollout(engine, same_numerics_as_trainer=not self.shape.engine_differs,
@@ -100,9 +100,9 @@ class Trainer:
         self.task = build_task(cfg.task, seed=cfg.seed)
         self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = _adamw(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
+        self.optimizer = adamw(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
         self.total_opt_steps = t.steps * t.epochs * t.minibatches
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(t, self.total_opt_steps))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(t, self.total_opt_steps))
         self.worker = LocalWorker(self.model, self.optimizer, self.scheduler, ref_model=ref_model, critic=self.critic,
                                   critic_optimizer=self.critic_opt, micro_batch_size=t.micro_batch_size,
                                   dtype=t.dtype, device=self.device, grad_clip=t.grad_clip,
@@ -237,7 +237,7 @@ class Trainer:
             metrics["skipped_no_signal"] = 1.0
             self.step += 1
             return metrics
-        metrics.update(_rollout_metrics(batch, t_gen))
+        metrics.update(rollout_metrics(batch, t_gen))
         t1 = time.perf_counter()
         batch = self.prepare(batch)
         if cfg.rollout.staleness > 0:
@@ -269,7 +269,7 @@ class Trainer:
         for stage in method.active("after"):
             metrics.update(stage.fn(batch, self.context(batch.batch_id).for_stage(method, stage)))
         if step_metrics:
-            metrics.update(_mean_dicts(step_metrics))
+            metrics.update(mean_dicts(step_metrics))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics["policy_version"] = self.policy_version
         metrics["time/train_s"] = time.perf_counter() - t1

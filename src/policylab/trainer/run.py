@@ -24,7 +24,7 @@ from policylab.trainer.runlog import RunLog, write_plots
 from policylab.trainer.loop import Trainer, load_run_config, save_config
 
 
-def _console():
+def make_console():
     from rich.console import Console
 
     return Console()
@@ -74,7 +74,7 @@ RESUME_CHANGEABLE = ("train.steps", "train.micro_batch_size", "train.shared_pref
                      "keep_freed_memory")
 
 
-def _note(text: str) -> None:
+def print_note(text: str) -> None:
     """One line on stderr (stdout stays the command's output)."""
     import sys
 
@@ -193,7 +193,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
     The run ends after train.steps steps, or earlier when train.budget_seconds of
     training wall-clock or train.budget_tokens sampled tokens are used up (report
     "stopped_by"). `on_step(trainer, metrics)` is called after every logged step."""
-    console = console or _console()
+    console = console or make_console()
     run_dir = Path(cfg.run_dir)
     previous = [] if resume else check_new_run_dir(cfg, overwrite=overwrite, config_path=config_path)
     ckpt = None
@@ -207,16 +207,16 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
             raise damaged(run_dir, ckpt, str(exc)) from None
     preflight(run_dir)
     for name in clean_stray(run_dir):
-        _note(f"removed {run_dir / 'checkpoints' / name}, left by an interrupted checkpoint write")
+        print_note(f"removed {run_dir / 'checkpoints' / name}, left by an interrupted checkpoint write")
     trainer = Trainer(cfg, console=console)
     _instrument(trainer)
     if previous:
         _remove_previous(run_dir, previous)
-        _note(f"--overwrite: removed the previous run's {', '.join(previous)} from {run_dir}")
+        print_note(f"--overwrite: removed the previous run's {', '.join(previous)} from {run_dir}")
     optimizers = [o for o in (trainer.optimizer, trainer.critic_opt) if o is not None]
     preflight(run_dir, need_bytes=int(checkpoint_bytes(trainer.models(), optimizers) * 1.1) + (16 << 20))
     report_path = run_dir / "report.json"
-    report = _read_report(report_path) if resume else {}
+    report = read_report(report_path) if resume else {}
     if resume:
         trainer.load_state(load_checkpoint(ckpt, trainer.models(), run_dir))
         if changes:
@@ -228,7 +228,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
             event = {"event": "resumed_from", "step": trainer.step, "time": time.time(), "checkpoint": ckpt.name}
             if changes:
                 event["changes"] = {k: [a, b] for k, (a, b) in changes.items()}
-                _note("resume changes (recorded in config.yaml): "
+                print_note("resume changes (recorded in config.yaml): "
                       + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
             log.event(**event)
             console.print(f"[bold]resumed[/] {run_dir} at step {trainer.step} ({ckpt.name})")
@@ -241,7 +241,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
         if cfg.eval.before and "base" not in report and cfg.eval.n > 0:
             report["base"] = _eval(trainer, "base", console)
             log.event(event="eval", at_step=0, **{f"eval/{k}": v for k, v in report["base"].items()})
-            _write_report(report_path, report)
+            write_report(report_path, report)
         _loop(trainer, log, console, on_step)
         # every part of the run counts: the parts up to the checkpoint resumed from + this one
         report["train_seconds"] = trainer.run_state["train_seconds"]
@@ -261,7 +261,7 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
         if changes:
             report.setdefault("resume_changes", []).append(
                 {"at_step": resumed_at, **{k: [a, b] for k, (a, b) in changes.items()}})
-        _write_report(report_path, report)
+        write_report(report_path, report)
         write_plots(run_dir)
     except KeyboardInterrupt:
         raise RunInterrupted(_interrupted(trainer, run_dir)) from None
@@ -272,10 +272,10 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
 
 
 def _interrupted(trainer: Trainer, run_dir: Path) -> str:
-    from policylab.trainer.checkpoint import _latest_name_or_none
+    from policylab.trainer.checkpoint import latest_name_or_none
 
     done, total = trainer.step, trainer.cfg.train.steps
-    last = _latest_name_or_none(run_dir)
+    last = latest_name_or_none(run_dir)
     at = f"interrupted at step {min(done + 1, total)} of {total} ({done} done)" if done < total else \
         f"interrupted after all {total} steps (during the final checkpoint or evaluation)"
     if last is None:
@@ -287,7 +287,7 @@ def _interrupted(trainer: Trainer, run_dir: Path) -> str:
     return f"{at}; last checkpoint: {last}; resume with `policylab resume {run_dir}{flag}`"
 
 
-def _read_report(path: Path) -> dict:
+def read_report(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
@@ -350,7 +350,7 @@ def load_received_run(run_dir: str | Path, *, allow_imports: bool = False) -> Ru
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=_note)
+    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
     return cfg
 
 
@@ -368,7 +368,7 @@ def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allo
     cfg, changes = resume_changes(cfg, overrides)  # run_dir among them: refused (resume writes where it reads)
     from policylab.tasks.source import check_imports
 
-    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=_note)
+    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
     return train(cfg, resume=True, console=console, from_checkpoint=from_checkpoint, changes=changes)
 
 
@@ -430,12 +430,12 @@ def _loop(trainer: Trainer, log: RunLog, console, on_step=None) -> None:
 def _diverged(trainer: Trainer, exc: Exception) -> None:
     """A step failed on a non-finite value: if the weights themselves are no longer finite
     (an update diverged), say that, rather than where the NaN surfaced."""
-    from policylab.trainer.checkpoint import DIVERGED_ADVICE, _latest_name_or_none, first_nonfinite_weight
+    from policylab.trainer.checkpoint import DIVERGED_ADVICE, latest_name_or_none, first_nonfinite_weight
 
     bad = first_nonfinite_weight(trainer.models())
     if bad is None:
         return
-    last = _latest_name_or_none(trainer.run_dir)
+    last = latest_name_or_none(trainer.run_dir)
     raise NonFiniteError(
         f"the weights hold NaN or inf after step {trainer.step} ({bad}); {DIVERGED_ADVICE}. Step {trainer.step + 1} "
         f"stopped at: {exc}. Weights like these are never checkpointed: "
@@ -453,7 +453,7 @@ def _eval(trainer: Trainer, label: str, console) -> dict:
     return res
 
 
-def _write_report(path: Path, report: dict) -> None:
+def write_report(path: Path, report: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=2))
     tmp.replace(path)

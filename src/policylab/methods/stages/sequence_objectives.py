@@ -24,7 +24,7 @@ from policylab.kernels.objectives.common import unit_carrier
 from policylab.methods.context import Sampled, StageContext
 from policylab.methods.spec import Advantages, LossInputs, Stage, Weighting
 from policylab.methods.stages.advantages import scalar_rewards
-from policylab.methods.stages.sources import _WRITES
+from policylab.methods.stages.sources import SOURCE_WRITES
 
 # ============================================================================ sources
 
@@ -174,9 +174,9 @@ def menu(n_prompts: int, ctx: StageContext) -> Sampled:
     return Sampled(b, ctx.rollout.decode(b), [e for e in examples for _ in range(G)], prompts, list(examples))
 
 
-MULTI_TURN = Stage("source", multi_turn, writes=_WRITES + ("extras.turn_ids",))
+MULTI_TURN = Stage("source", multi_turn, writes=SOURCE_WRITES + ("extras.turn_ids",))
 MENU = Stage("source", menu, kernels=(rlid_k.compile_menu,),
-             writes=_WRITES + ("extras.menu_ids", "extras.menu_group", "extras.episode_id", "extras.episode_len"))
+             writes=SOURCE_WRITES + ("extras.menu_ids", "extras.menu_group", "extras.episode_id", "extras.episode_len"))
 
 # ============================================================================ round stages
 

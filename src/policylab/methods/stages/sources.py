@@ -35,7 +35,7 @@ def on_policy_topk(n_prompts: int, ctx: StageContext) -> Sampled:
     return _generate(n_prompts, ctx, int(ctx.p.sis_topk))
 
 
-_WRITES = ("tokens", "loss_mask", "logp_behavior", "group", "policy_version", "source")
-ON_POLICY = Stage("source", on_policy, writes=_WRITES)
+SOURCE_WRITES = ("tokens", "loss_mask", "logp_behavior", "group", "policy_version", "source")
+ON_POLICY = Stage("source", on_policy, writes=SOURCE_WRITES)
 ON_POLICY_TOPK = Stage("source", on_policy_topk, params=("sis_topk",),
-                       writes=_WRITES + ("extras.behavior_topk_ids", "extras.behavior_topk_logp"))
+                       writes=SOURCE_WRITES + ("extras.behavior_topk_ids", "extras.behavior_topk_logp"))
