@@ -10,8 +10,8 @@
     policylab convert-checkpoint RUN_DIR --i-trust-this-file   old pickle checkpoints -> safe format
     policylab compare CONFIG.yaml [--plan] [--report-only]   methods x seeds on one task and budget, one report
     policylab methods [NAME]                            the methods and metrics tables, or one card
-    policylab pipeline ppo_rlhf|fusion CONFIG           a multi-stage pipeline (SFT -> RM -> PPO; experts -> Merge /
-                     [--set key=value ...] [--overwrite] Mix RL / MOPD), each stage's checkpoint, one report
+    policylab pipeline NAME CONFIG                      a multi-stage pipeline (the names: policylab.pipelines.
+                     [--set key=value ...] [--overwrite] PIPELINES), each stage's checkpoint, one report
     policylab train-critic CONFIG --out DIR             RFPO's critic, from the base model's own labelled rollouts
                      [--prompts N] [--group-size G] [--epochs E] [--set key=value ...]
     policylab quiz [--method NAME] [--lang en|zh]       a question, your answer, then the live example
@@ -57,24 +57,24 @@ def _integrations(args) -> int:
 
 def _train(args) -> int:
     from policylab.trainer.config import load_config
-    from policylab.trainer.run import _note, train
+    from policylab.trainer.run import print_note, train
     from policylab.tasks.source import check_imports
 
     cfg = load_config(args.config, args.set or [])
     # the user's own config: its modules are named, and allowed
-    check_imports(cfg.task, args.config, allow=True, say=_note)
+    check_imports(cfg.task, args.config, allow=True, say=print_note)
     train(cfg, overwrite=args.overwrite, config_path=args.config)
     return 0
 
 
 def _compare(args) -> int:
     from policylab.experiments.compare import compare, load_plan
-    from policylab.trainer.run import _note
+    from policylab.trainer.run import print_note
     from policylab.tasks.source import check_imports
 
     plan = load_plan(args.config)
     # the user's own config: its modules are named, and allowed
-    check_imports(plan.runs[0].cfg.task, args.config, allow=True, say=_note)
+    check_imports(plan.runs[0].cfg.task, args.config, allow=True, say=print_note)
     compare(plan, report_only=args.report_only, plan_only=args.plan)
     return 0
 
@@ -167,7 +167,7 @@ def _eval_metrics(trainer, run_dir, ckpt, metrics, args) -> int:
 
     from policylab.eval import suite as em
     from policylab.trainer.checkpoint import load_checkpoint
-    from policylab.trainer.run import _write_report, _read_report
+    from policylab.trainer.run import write_report, read_report
 
     ks = tuple(trainer.cfg.eval.k)
     base = em.measure(trainer, "base", metrics)
@@ -186,9 +186,9 @@ def _eval_metrics(trainer, run_dir, ckpt, metrics, args) -> int:
     written = []
     report_path = Path(run_dir) / "report.json"
     try:
-        report = _read_report(report_path)
+        report = read_report(report_path)
         report["eval_metrics"] = section
-        _write_report(report_path, report)
+        write_report(report_path, report)
         written.append(str(report_path))
         if "calibration" in section:
             written.append(str(em.reliability_png(section["calibration"], Path(run_dir) / "plots" / "reliability.png")))
@@ -219,19 +219,14 @@ def _convert(args) -> int:
     return 0
 
 
-PIPELINES = ("ppo_rlhf", "fusion")
-
-
 def _pipeline(args) -> int:
-    import importlib
+    from rich.console import Console
 
-    from policylab.trainer.run import _console
+    from policylab.pipelines import get_pipeline
 
-    mod = importlib.import_module({"ppo_rlhf": ".pipelines.rlhf", "fusion": ".pipelines.fusion"}[args.name],
-                                  "policylab")
-    cfg = mod.load_config(args.config, args.set or [])
-    mod.run(cfg, console=_console(), overwrite=args.overwrite)
-    print(f"policylab: wrote {Path(cfg['run_dir']) / 'report.json'} and report.md", file=sys.stderr)
+    pipeline = get_pipeline(args.name)
+    run_dir = pipeline.entry(args.config, args.set or [], console=Console(), overwrite=args.overwrite)
+    print(f"policylab: wrote {Path(run_dir) / 'report.json'} and report.md", file=sys.stderr)
     return 0
 
 
@@ -298,10 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)
-    pl = sub.add_parser("pipeline", help="run a multi-stage pipeline (ppo_rlhf: SFT -> reward model -> PPO; fusion: "
-                        "domain experts -> Merge / Mix RL / MOPD), one report")
-    pl.add_argument("name", choices=PIPELINES)
-    pl.add_argument("config", help="the pipeline's YAML config (e.g. configs/pipelines/ppo_rlhf.yaml)")
+    from policylab.pipelines import PIPELINES
+
+    listed = "; ".join(f"{name}: {p.description}" for name, p in PIPELINES.items())
+    pl = sub.add_parser("pipeline", help=f"run a multi-stage pipeline ({listed}), one report")
+    pl.add_argument("name", metavar="NAME", help=f"the pipeline: {', '.join(PIPELINES)}")
+    pl.add_argument("config", help="the pipeline's YAML config (e.g. configs/pipelines/NAME.yaml)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. sft.steps=5")
     pl.add_argument("--overwrite", action="store_true", help="replace a previous pipeline run in run_dir")
     pl.set_defaults(fn=_pipeline)

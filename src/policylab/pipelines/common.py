@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -120,10 +121,20 @@ def engine_for(model, tokenizer):
         return HFEngine(model, tokenizer)
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a pipeline samples a model on held-out prompts: replies per prompt, their
+    length cap, the seed of the forked RNG, the temperature."""
+    samples: int
+    max_new_tokens: int
+    seed: int
+    temperature: float = 1.0
+
+
 @torch.no_grad()
-def sample(model, tokenizer, examples, *, samples: int, max_new_tokens: int, seed: int, temperature: float = 1.0):
-    """(batch, texts) of `samples` replies per example at the given temperature, under a
-    forked, seeded RNG."""
+def sample(model, tokenizer, examples, how: Sampling):
+    """(batch, texts) of `how.samples` replies per example at `how.temperature`, under a
+    forked RNG seeded with `how.seed`."""
     from policylab.batch import SamplingSettings
 
     engine = engine_for(model, tokenizer)
@@ -132,9 +143,9 @@ def sample(model, tokenizer, examples, *, samples: int, max_new_tokens: int, see
     model.eval()
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            b = engine.generate([encode(e.prompt) for e in examples], group_size=samples,
-                                sampling=SamplingSettings(temperature=temperature), max_new_tokens=max_new_tokens,
+            torch.manual_seed(how.seed)
+            b = engine.generate([encode(e.prompt) for e in examples], group_size=how.samples,
+                                sampling=SamplingSettings(temperature=how.temperature), max_new_tokens=how.max_new_tokens,
                                 policy_version=-1, batch_id="pipeline-eval")
     finally:
         model.train(was)

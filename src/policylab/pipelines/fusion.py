@@ -24,13 +24,15 @@ rollout, train and method_params), merge, mix, mopd and eval.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from policylab.errors import ConfigError
 from policylab.errors import PolicylabError, ShapeError
-from policylab.pipelines import common
+import policylab.pipelines.common as common
 
 ROUTES = ("merge", "mix", "mopd")
 TOP = {"run_dir": "runs/fusion", "model": "embedded", "seed": 0, "threads": 0,
@@ -121,8 +123,9 @@ def check_vocabularies(tokenizers: list) -> None:
             raise PolicylabError(f"checkpoint {k} has another vocabulary than the base: task vectors cannot be merged")
 
 
-def domain_eval(model, tokenizer, task, domains, *, prompts: int, samples: int, max_new_tokens: int, seed: int) -> dict:
-    """Sampled accuracy on each domain's held-out split (and their mean, reported next to them)."""
+def domain_eval(model, tokenizer, task, domains, *, prompts: int, how: common.Sampling) -> dict:
+    """Sampled accuracy on each domain's held-out split, `prompts` prompts each (and their
+    mean, reported next to them), sampled as `how` says."""
     from policylab.eval.evaluate import evaluate
     from policylab.kernels.rewards.verifiers import exact_numeric_reward
 
@@ -133,8 +136,9 @@ def domain_eval(model, tokenizer, task, domains, *, prompts: int, samples: int, 
     for d in domains:
         exs = task.heldout_of(d, prompts)
         res = evaluate(engine, [encode(e.prompt) for e in exs], [e.answer for e in exs], exact_numeric_reward,
-                       samples=samples, max_new_tokens=max_new_tokens, seed=seed)
-        out[d] = {"accuracy": res["accuracy"], "stderr": res["accuracy_stderr"], "n": prompts * samples,
+                       samples=how.samples, temperature=how.temperature, max_new_tokens=how.max_new_tokens,
+                       seed=how.seed)
+        out[d] = {"accuracy": res["accuracy"], "stderr": res["accuracy_stderr"], "n": prompts * how.samples,
                   "distinct_prompts": len({e.prompt for e in exs})}
     out.update(summarize_domains({d: out[d]["accuracy"] for d in domains}))
     return out
@@ -194,9 +198,29 @@ def run_configs(cfg: dict, run_dir: Path, experts: dict | None = None) -> dict:
     return out
 
 
+@dataclass
+class _Run:
+    """One pipeline run in progress: its config, directory, console and report."""
+    cfg: dict
+    run_dir: Path
+    console: Any
+    report: dict
+
+    @property
+    def domains(self) -> list[str]:
+        return list(self.cfg["domains"])
+
+    def say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, soft_wrap=True)
+
+    def finished(self, stage: str, summary: dict) -> None:
+        self.report["stages"][stage] = summary
+        common.write_progress(self.run_dir, self.report)
+
+
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
-    from policylab.models.loading import load_model_or_checkpoint as load_model
-    from policylab.models.loading import load_policy
+    """The whole pipeline (see the module docstring); returns the report."""
     from policylab.tasks.mixture import MixtureTask
 
     t0 = time.perf_counter()
@@ -212,61 +236,96 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     t = cfg["task"]
     task = MixtureTask(domains, [1.0] * len(domains), seed=seed, ops=tuple(t["ops"]), digits=int(t["digits"]),
                        heldout_fraction=float(t["heldout_fraction"]), split_seed=int(t["split_seed"]))
-    report: dict = {"pipeline": "fusion", "model": cfg["model"], "seed": seed, "domains": domains, "routes": routes,
-                    "task": dict(t), "stages": {}}
-    say = (lambda x: console.print(x, soft_wrap=True)) if console is not None else (lambda x: None)
-    experts = {}
-    for d in domains:  # one RL expert per domain, from the base
-        say(f"[bold]fusion[/] expert for {d}")
-        t1 = time.perf_counter()
-        experts[d] = common.train_run(planned[f"expert_{d}"])
-        report["stages"][f"expert_{d}"] = {"checkpoint": str(experts[d]), "method": planned[f"expert_{d}"]["method"],
-                                           "seconds": time.perf_counter() - t1}
-        common.write_progress(run_dir, report)
-    final = run_configs(cfg, run_dir, {d: str(p) for d, p in experts.items()})
+    r = _Run(cfg, run_dir, console, {"pipeline": "fusion", "model": cfg["model"], "seed": seed, "domains": domains,
+                                     "routes": routes, "task": dict(t), "stages": {}})
+    experts = _train_experts(r, planned)
     models = {}
     if "merge" in routes:
-        say("[bold]fusion[/] merge (task vectors)")
-        base_m, base_tok = load_policy(cfg["model"])
-        loaded = [load_model(str(experts[d])) for d in domains]
-        check_vocabularies([base_tok] + [tk for _, tk, _ in loaded])
-        alphas = [float(a) for a in cfg["merge"]["alphas"]] or [1.0 / len(domains)] * len(domains)
-        merged = merge_task_vectors(base_m.state_dict(), [m.state_dict() for m, _, _ in loaded], alphas)
-        base_m.load_state_dict(merged)
-        models["merge"] = str(common.save_model_dir(base_m, base_tok, run_dir / "merge"))
-        report["stages"]["merge"] = {"alphas": dict(zip(domains, alphas)), "dir": models["merge"]}
-        del loaded, merged, base_m
+        models["merge"] = _merge(r, experts)
+    models.update(_train_routes(r, run_configs(cfg, run_dir, {d: str(p) for d, p in experts.items()})))
+    r.say("[bold]fusion[/] per-domain evaluation")
+    r.report["evaluation"] = _evaluation(r, task, experts, models)
+    r.report["seconds"] = time.perf_counter() - t0
+    md = report_markdown(r.report)
+    common.write_report(run_dir, r.report, md)
+    r.say(md)
+    return r.report
+
+
+def run_config_file(path, overrides=(), *, console=None, overwrite: bool = False) -> Path:
+    """`policylab pipeline fusion PATH`: the config read and checked, the pipeline run;
+    returns the run directory (its report.json and report.md)."""
+    cfg = load_config(path, overrides)
+    run(cfg, console=console, overwrite=overwrite)
+    return Path(cfg["run_dir"])
+
+
+def _train_experts(r: _Run, planned: dict) -> dict:
+    """One RL expert per domain, from the base; returns domain -> its latest checkpoint."""
+    experts = {}
+    for d in r.domains:
+        r.say(f"[bold]fusion[/] expert for {d}")
+        t1 = time.perf_counter()
+        experts[d] = common.train_run(planned[f"expert_{d}"])
+        r.finished(f"expert_{d}", {"checkpoint": str(experts[d]), "method": planned[f"expert_{d}"]["method"],
+                                   "seconds": time.perf_counter() - t1})
+    return experts
+
+
+def _merge(r: _Run, experts: dict) -> str:
+    """The merge route: the experts' task vectors added to the base; returns its directory."""
+    from policylab.models.loading import load_model_or_checkpoint as load_model
+    from policylab.models.loading import load_policy
+
+    r.say("[bold]fusion[/] merge (task vectors)")
+    domains = r.domains
+    base_m, base_tok = load_policy(r.cfg["model"])
+    loaded = [load_model(str(experts[d])) for d in domains]
+    check_vocabularies([base_tok] + [tk for _, tk, _ in loaded])
+    alphas = [float(a) for a in r.cfg["merge"]["alphas"]] or [1.0 / len(domains)] * len(domains)
+    merged = merge_task_vectors(base_m.state_dict(), [m.state_dict() for m, _, _ in loaded], alphas)
+    base_m.load_state_dict(merged)
+    where = str(common.save_model_dir(base_m, base_tok, r.run_dir / "merge"))
+    r.report["stages"]["merge"] = {"alphas": dict(zip(domains, alphas)), "dir": where}
+    return where
+
+
+def _train_routes(r: _Run, final: dict) -> dict:
+    """The training routes asked for (Mix RL, MOPD); returns route -> latest checkpoint."""
+    models = {}
     for route, what in (("mix", "Mix RL (pooled data)"), ("mopd", "MOPD (student samples, domain teachers)")):
-        if route not in routes:
+        if route not in r.cfg["routes"]:
             continue
-        say(f"[bold]fusion[/] {what}")
+        r.say(f"[bold]fusion[/] {what}")
         t1 = time.perf_counter()
         models[route] = str(common.train_run(final[route]))
-        report["stages"][route] = {"checkpoint": models[route], "method": final[route]["method"],
-                                   "task": final[route]["task"], "seconds": time.perf_counter() - t1}
+        summary = {"checkpoint": models[route], "method": final[route]["method"], "task": final[route]["task"],
+                   "seconds": time.perf_counter() - t1}
         if route == "mopd":
-            report["stages"][route]["teachers"] = final[route]["method_params"]["teachers"]
-            report["stages"][route]["per_domain_log"] = _per_domain_log(run_dir / "mopd")
-        common.write_progress(run_dir, report)
-    say("[bold]fusion[/] per-domain evaluation")
-    e = cfg["eval"]
-    kw = dict(prompts=int(e["prompts"]), samples=int(e["samples"]), max_new_tokens=int(e["max_new_tokens"]),
-              seed=seed + 999)
+            summary["teachers"] = final[route]["method_params"]["teachers"]
+            summary["per_domain_log"] = _per_domain_log(r.run_dir / "mopd")
+        r.finished(route, summary)
+    return models
+
+
+def _evaluation(r: _Run, task, experts: dict, models: dict) -> dict:
+    """Every model (base, each expert, each route) on each domain's held-out split."""
+    from policylab.models.loading import load_model_or_checkpoint as load_model
+    from policylab.models.loading import load_policy
+
+    e = r.cfg["eval"]
+    kw = dict(prompts=int(e["prompts"]),
+              how=common.Sampling(int(e["samples"]), int(e["max_new_tokens"]), int(r.cfg["seed"]) + 999))
     table = {}
-    m, tok = load_policy(cfg["model"])
-    table["base"] = domain_eval(m, tok, task, domains, **kw)
-    for d in domains:
+    m, tok = load_policy(r.cfg["model"])
+    table["base"] = domain_eval(m, tok, task, r.domains, **kw)
+    for d in r.domains:
         m, tok, _ = load_model(str(experts[d]))
-        table[f"expert_{d}"] = domain_eval(m, tok, task, domains, **kw)
+        table[f"expert_{d}"] = domain_eval(m, tok, task, r.domains, **kw)
     for route, where in models.items():
         m, tok, _ = load_model(where)
-        table[route] = domain_eval(m, tok, task, domains, **kw)
-    report["evaluation"] = table
-    report["seconds"] = time.perf_counter() - t0
-    md = report_markdown(report)
-    common.write_report(run_dir, report, md)
-    say(md)
-    return report
+        table[route] = domain_eval(m, tok, task, r.domains, **kw)
+    return table
 
 
 def _per_domain_log(run: Path) -> dict:

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -38,7 +40,8 @@ from policylab.errors import ConfigError
 from policylab.errors import RunDirError
 from policylab.tasks import guidance
 from policylab.tasks.arithmetic import ArithmeticTask
-from policylab.pipelines import common
+import policylab.pipelines.common as common
+from policylab.pipelines.rlhf_eval import policy_eval, policy_summary, report_markdown
 from policylab.tasks import preferences
 from policylab.models.reward_model import RewardModel, encode_pairs, pairwise_loss
 
@@ -105,10 +108,10 @@ def sft(model, tokenizer, task: ArithmeticTask, *, steps: int, batch_size: int, 
     demonstration refuses any other example): mean NLL of the reply tokens (and the final
     eos) given the chat-templated prompt. Returns {"losses": per step, "prompts": every
     prompt trained on}."""
-    from policylab.trainer.support import _adamw
+    from policylab.trainer.support import adamw
 
     encode = common.chat_encoder(tokenizer)
-    opt = _adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
+    opt = adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     losses, seen = [], []
     for _ in range(steps):
@@ -172,9 +175,9 @@ def train_reward_model(rm: RewardModel, tokenizer, task: ArithmeticTask, *, step
                        lr: float) -> dict:
     """Adam steps on the pairwise loss, `prompts_per_step` train prompts (K = 4 ranked
     replies, 6 pairs each) per step. Returns {"log": per step, "prompts": every prompt}."""
-    from policylab.trainer.support import _adamw
+    from policylab.trainer.support import adamw
 
-    opt = _adamw([p for p in rm.parameters() if p.requires_grad], lr=lr)
+    opt = adamw([p for p in rm.parameters() if p.requires_grad], lr=lr)
     rm.train()
     log, seen = [], []
     for _ in range(steps):
@@ -191,47 +194,6 @@ def train_reward_model(rm: RewardModel, tokenizer, task: ArithmeticTask, *, step
     return {"log": log, "prompts": seen}
 
 
-def win_rate(a: list[float], b: list[float]) -> float:
-    """P(a_i > b_i) + ½·P(a_i = b_i) over paired samples."""
-    if len(a) != len(b) or not a:
-        raise ValueError("win_rate needs two non-empty lists of the same length")
-    return sum(1.0 if x > y else 0.5 if x == y else 0.0 for x, y in zip(a, b)) / len(a)
-
-
-def rm_agreement(rm_scores: list[float], true: list[float], samples: int) -> dict:
-    """How often the RM orders two replies of the same prompt as the true preference does,
-    over the pairs of a prompt's samples whose true scores differ (RM ties count ½)."""
-    hits = pairs = 0.0
-    for start in range(0, len(true), samples):
-        for i in range(start, start + samples):
-            for j in range(i + 1, start + samples):
-                if true[i] == true[j]:
-                    continue
-                pairs += 1
-                d = (rm_scores[i] - rm_scores[j]) * (1 if true[i] > true[j] else -1)
-                hits += 1.0 if d > 0 else 0.5 if d == 0 else 0.0
-    return {"agreement": hits / pairs if pairs else None, "pairs": int(pairs)}
-
-
-def policy_eval(model, tokenizer, rm: RewardModel, examples, *, samples: int, max_new_tokens: int, seed: int) -> dict:
-    """A policy's samples on held-out prompts: RM scores, true-preference scores, accuracy,
-    and the RM's agreement with the true preference on these replies."""
-    from policylab.kernels.rewards.verifiers import exact_numeric_reward
-
-    b, texts = common.sample(model, tokenizer, examples, samples=samples, max_new_tokens=max_new_tokens, seed=seed)
-    rows = [e for e in examples for _ in range(samples)]
-    rm_scores = rm.score(b.tokens, b.attention_mask).tolist()
-    true = [preferences.true_score(e, t) for e, t in zip(rows, texts)]
-    acc = exact_numeric_reward(texts, [e.answer for e in rows])
-    return {"rm_score": rm_scores, "true_score": true, "accuracy": sum(acc) / len(acc), "texts": texts[:8],
-            "rm_agreement": rm_agreement(rm_scores, true, samples),
-            "terse_fraction": sum(preferences.is_terse(t) for t in texts) / len(texts)}
-
-
-def _mean(xs) -> float:
-    return sum(xs) / len(xs)
-
-
 def ppo_run_config(cfg: dict, sft_dir: Path, rm_dir: Path, run_dir: Path) -> dict:
     """The PPO stage's run config: the user's rollout/train/method_params/eval/log, with
     the method, model, task, seed and run_dir the pipeline sets."""
@@ -246,12 +208,27 @@ def ppo_run_config(cfg: dict, sft_dir: Path, rm_dir: Path, run_dir: Path) -> dic
             "log": {"tensorboard": False, "progress": False, **ppo.get("log", {})}}
 
 
+@dataclass
+class _Run:
+    """One pipeline run in progress: its config, directory, task, console and report."""
+    cfg: dict
+    run_dir: Path
+    task: ArithmeticTask
+    console: Any
+    report: dict
+    trained_on: set = field(default_factory=set)  # every prompt SFT or the RM trained on
+
+    @property
+    def seed(self) -> int:
+        return int(self.cfg["seed"])
+
+    def finished(self, stage: str, summary: dict) -> None:
+        self.report["stages"][stage] = summary
+        common.write_progress(self.run_dir, self.report)
+
+
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     """The whole pipeline (see the module docstring); returns the report."""
-    from policylab.models.loading import load_model_or_checkpoint as load_model
-    from policylab.models.loading import load_policy
-    from policylab.models.reward_model import load_reward_model
-
     t0 = time.perf_counter()
     run_dir = Path(cfg["run_dir"])
     seed = int(cfg["seed"])
@@ -262,92 +239,110 @@ def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     torch.manual_seed(seed)
-    task = _task(cfg)
-    report: dict = {"pipeline": "ppo_rlhf", "model": cfg["model"], "seed": seed, "task": dict(cfg["task"]),
-                    "stages": {}}
+    r = _Run(cfg, run_dir, _task(cfg), console, {"pipeline": "ppo_rlhf", "model": cfg["model"], "seed": seed,
+                                                  "task": dict(cfg["task"]), "stages": {}})
+    sft_dir = _sft_stage(r)
+    rm_dir, rm_summary = _reward_model_stage(r, sft_dir)
+    ckpt = _ppo_stage(r, sft_dir, rm_dir)
+    _say(console, "[bold]ppo_rlhf[/] evaluation on held-out prompts")
+    r.report["evaluation"] = _evaluation(r, sft_dir, rm_dir, ckpt)
+    r.report["rm_heldout_pair_accuracy"] = rm_summary["heldout_pair_accuracy"]
+    r.report["seconds"] = time.perf_counter() - t0
+    common.write_report(run_dir, r.report, report_markdown(r.report))
+    _say(console, report_markdown(r.report))
+    return r.report
 
-    # 1. SFT -------------------------------------------------------------------------
-    _say(console, "[bold]ppo_rlhf[/] 1/3 SFT on demonstrations (train split)")
+
+def run_config_file(path, overrides=(), *, console=None, overwrite: bool = False) -> Path:
+    """`policylab pipeline ppo_rlhf PATH`: the config read and checked, the pipeline run;
+    returns the run directory (its report.json and report.md)."""
+    cfg = load_config(path, overrides)
+    run(cfg, console=console, overwrite=overwrite)
+    return Path(cfg["run_dir"])
+
+
+def _sft_stage(r: _Run) -> Path:
+    """1. SFT on demonstrations; returns the saved model directory."""
+    from policylab.models.loading import load_policy
+
+    _say(r.console, "[bold]ppo_rlhf[/] 1/3 SFT on demonstrations (train split)")
     t = time.perf_counter()
-    policy, tok = load_policy(cfg["model"])
-    s = cfg["sft"]
-    out = sft(policy, tok, task, steps=int(s["steps"]), batch_size=int(s["batch_size"]), lr=float(s["lr"]))
+    policy, tok = load_policy(r.cfg["model"])
+    s = r.cfg["sft"]
+    out = sft(policy, tok, r.task, steps=int(s["steps"]), batch_size=int(s["batch_size"]), lr=float(s["lr"]))
     losses = out["losses"]
-    sft_dir = common.save_model_dir(policy, tok, run_dir / "sft")
-    report["stages"]["sft"] = {"dir": str(sft_dir), "steps": s["steps"], "demonstrations": len(out["prompts"]),
-                               "loss_first": losses[0], "loss_last": losses[-1], "seconds": time.perf_counter() - t}
-    trained_on = set(out["prompts"])
-    common.write_progress(run_dir, report)
-    _say(console, f"  SFT loss {losses[0]:.3f} -> {losses[-1]:.3f} ({time.perf_counter() - t:.0f} s)")
-    del policy
+    sft_dir = common.save_model_dir(policy, tok, r.run_dir / "sft")
+    r.trained_on |= set(out["prompts"])
+    r.finished("sft", {"dir": str(sft_dir), "steps": s["steps"], "demonstrations": len(out["prompts"]),
+                       "loss_first": losses[0], "loss_last": losses[-1], "seconds": time.perf_counter() - t})
+    _say(r.console, f"  SFT loss {losses[0]:.3f} -> {losses[-1]:.3f} ({time.perf_counter() - t:.0f} s)")
+    return sft_dir
 
-    # 2. reward model ------------------------------------------------------------------
-    _say(console, "[bold]ppo_rlhf[/] 2/3 reward model on ranked comparisons (train split)")
+
+def _reward_model_stage(r: _Run, sft_dir: Path) -> tuple[Path, dict]:
+    """2. the pairwise reward model, from the SFT model; returns its directory and summary."""
+    from policylab.models.loading import load_policy
+
+    _say(r.console, "[bold]ppo_rlhf[/] 2/3 reward model on ranked comparisons (train split)")
     t = time.perf_counter()
     backbone, tok = load_policy(str(sft_dir))
-    rm = RewardModel(backbone, seed=seed)
-    r = cfg["reward_model"]
-    held = task.heldout(int(r["heldout_prompts"]), repeat=True)
+    rm = RewardModel(backbone, seed=r.seed)
+    c = r.cfg["reward_model"]
+    held = r.task.heldout(int(c["heldout_prompts"]), repeat=True)
     before_rm = rm_pair_accuracy(rm, tok, held)
-    out = train_reward_model(rm, tok, task, steps=int(r["steps"]), prompts_per_step=int(r["prompts_per_step"]),
-                             lr=float(r["lr"]))
+    out = train_reward_model(rm, tok, r.task, steps=int(c["steps"]), prompts_per_step=int(c["prompts_per_step"]),
+                             lr=float(c["lr"]))
     log = out["log"]
-    trained_on |= set(out["prompts"])
+    r.trained_on |= set(out["prompts"])
     after_rm = rm_pair_accuracy(rm, tok, held)
-    rm_summary = {"steps": r["steps"], "train_prompts": len(out["prompts"]), "train_pairs": 6 * len(out["prompts"]),
-                  "heldout_prompts": len({e.prompt for e in held}),
-                  "heldout_pair_accuracy": after_rm["pair_accuracy"], "heldout_pairs": after_rm["pairs"],
-                  "heldout_pair_accuracy_untrained": before_rm["pair_accuracy"], "heldout_loss": after_rm["loss"],
-                  "train_loss_first": log[0]["loss"], "train_loss_last": log[-1]["loss"]}
-    rm_dir = rm.save(run_dir / "reward_model", tok, rm_summary)
-    report["stages"]["reward_model"] = {"dir": str(rm_dir), **rm_summary, "seconds": time.perf_counter() - t}
-    common.write_progress(run_dir, report)
-    _say(console, f"  RM held-out pair accuracy {before_rm['pair_accuracy']:.3f} -> {after_rm['pair_accuracy']:.3f} "
-                  f"({time.perf_counter() - t:.0f} s)")
-    del rm, backbone
+    summary = {"steps": c["steps"], "train_prompts": len(out["prompts"]), "train_pairs": 6 * len(out["prompts"]),
+               "heldout_prompts": len({e.prompt for e in held}),
+               "heldout_pair_accuracy": after_rm["pair_accuracy"], "heldout_pairs": after_rm["pairs"],
+               "heldout_pair_accuracy_untrained": before_rm["pair_accuracy"], "heldout_loss": after_rm["loss"],
+               "train_loss_first": log[0]["loss"], "train_loss_last": log[-1]["loss"]}
+    rm_dir = rm.save(r.run_dir / "reward_model", tok, summary)
+    r.finished("reward_model", {"dir": str(rm_dir), **summary, "seconds": time.perf_counter() - t})
+    _say(r.console, f"  RM held-out pair accuracy {before_rm['pair_accuracy']:.3f} -> "
+                    f"{after_rm['pair_accuracy']:.3f} ({time.perf_counter() - t:.0f} s)")
+    return rm_dir, summary
 
-    # 3. PPO -------------------------------------------------------------------------
-    _say(console, "[bold]ppo_rlhf[/] 3/3 PPO against the frozen reward model, per-token KL to the SFT policy")
+
+def _ppo_stage(r: _Run, sft_dir: Path, rm_dir: Path) -> Path:
+    """3. PPO from the SFT model against the frozen RM; returns its latest checkpoint."""
+    _say(r.console, "[bold]ppo_rlhf[/] 3/3 PPO against the frozen reward model, per-token KL to the SFT policy")
     t = time.perf_counter()
-    ckpt = common.train_run(ppo_run_config(cfg, sft_dir, rm_dir, run_dir))
-    report["stages"]["ppo"] = {"dir": str(run_dir / "ppo"), "checkpoint": str(ckpt), "seconds": time.perf_counter() - t,
-                               **_ppo_log_summary(run_dir / "ppo")}
-    common.write_progress(run_dir, report)
+    ckpt = common.train_run(ppo_run_config(r.cfg, sft_dir, rm_dir, r.run_dir))
+    r.finished("ppo", {"dir": str(r.run_dir / "ppo"), "checkpoint": str(ckpt), "seconds": time.perf_counter() - t,
+                       **_ppo_log_summary(r.run_dir / "ppo")})
+    return ckpt
 
-    # evaluation: before (SFT) and after PPO, on held-out prompts ---------------------------
-    _say(console, "[bold]ppo_rlhf[/] evaluation on held-out prompts")
-    e = cfg["eval"]
+
+def _evaluation(r: _Run, sft_dir: Path, rm_dir: Path, ckpt: Path) -> dict:
+    """Before (SFT) and after PPO on held-out prompts, against a third set of SFT samples."""
+    from policylab.models.loading import load_model_or_checkpoint as load_model
+    from policylab.models.loading import load_policy
+    from policylab.models.reward_model import load_reward_model
+
+    e, task = r.cfg["eval"], r.task
     examples = task.heldout(int(e["prompts"]), repeat=True)
     heldout_prompts = {x.prompt for x in task.heldout(task.heldout_size() or len(examples), repeat=True)}
-    leaked = sorted(trained_on & heldout_prompts)
+    leaked = sorted(r.trained_on & heldout_prompts)
     if leaked:  # the split makes this impossible; checked anyway, never reported around
         raise RunDirError(f"held-out prompts reached SFT or RM training: {leaked[:3]}")
     rm, _, _ = load_reward_model(rm_dir)
     sft_model, tok = load_policy(str(sft_dir))
-    kw = dict(samples=int(e["samples"]), max_new_tokens=int(e["max_new_tokens"]))
-    comparison = policy_eval(sft_model, tok, rm, examples, seed=seed + 101, **kw)  # the samples win rates compare to
-    before = policy_eval(sft_model, tok, rm, examples, seed=seed + 202, **kw)
+    samples, max_new = int(e["samples"]), int(e["max_new_tokens"])
+    # a third set of SFT samples, the one the win rates compare to
+    comparison = policy_eval(sft_model, tok, rm, examples, common.Sampling(samples, max_new, r.seed + 101))
+    how = common.Sampling(samples, max_new, r.seed + 202)
+    before = policy_eval(sft_model, tok, rm, examples, how)
     ppo_model, _, _ = load_model(str(ckpt))
-    after = policy_eval(ppo_model, tok, rm, examples, seed=seed + 202, **kw)
+    after = policy_eval(ppo_model, tok, rm, examples, how)
     n = len(before["true_score"])
-
-    def summary(x):
-        return {"rm_score_mean": _mean(x["rm_score"]), "true_score_mean": _mean(x["true_score"]),
-                "true_preference_win_rate_vs_sft": win_rate(x["true_score"], comparison["true_score"]),
-                "accuracy": x["accuracy"], "terse_fraction": x["terse_fraction"],
-                "rm_agreement_on_own_replies": x["rm_agreement"]["agreement"],
-                "rm_agreement_pairs": x["rm_agreement"]["pairs"], "examples": x["texts"]}
-
-    report["evaluation"] = {"heldout_prompts": len(examples), "samples_per_prompt": kw["samples"], "n": n,
-                            "max_new_tokens": kw["max_new_tokens"], "temperature": 1.0,
-                            "before_ppo": summary(before), "after_ppo": summary(after),
-                            "win_rate_stderr": math.sqrt(0.25 / n),
-                            "heldout_prompts_in_sft_or_rm_training": len(leaked)}
-    report["rm_heldout_pair_accuracy"] = rm_summary["heldout_pair_accuracy"]
-    report["seconds"] = time.perf_counter() - t0
-    common.write_report(run_dir, report, report_markdown(report))
-    _say(console, report_markdown(report))
-    return report
+    return {"heldout_prompts": len(examples), "samples_per_prompt": samples, "n": n,
+            "max_new_tokens": max_new, "temperature": how.temperature,
+            "before_ppo": policy_summary(before, comparison), "after_ppo": policy_summary(after, comparison),
+            "win_rate_stderr": math.sqrt(0.25 / n), "heldout_prompts_in_sft_or_rm_training": len(leaked)}
 
 
 def _ppo_log_summary(ppo_dir: Path) -> dict:
@@ -360,34 +355,3 @@ def _ppo_log_summary(ppo_dir: Path) -> dict:
         return {"steps": 0}
     keys = ("rlhf/rm_score_mean", "rlhf/true_score_mean", "kl/reward_penalty_mean", "accuracy")
     return {"steps": len(rows), "first": {k: rows[0].get(k) for k in keys}, "last": {k: rows[-1].get(k) for k in keys}}
-
-
-def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def report_markdown(r: dict) -> str:
-    ev, st = r["evaluation"], r["stages"]
-    b, a = ev["before_ppo"], ev["after_ppo"]
-    rm = st["reward_model"]
-    lines = [
-        f"# ppo_rlhf pipeline ({r['model']}, seed {r['seed']}, {r['seconds']:.0f} s)", "",
-        f"- SFT: {st['sft']['steps']} steps on {st['sft']['demonstrations']} solver demonstrations (train split), "
-        f"loss {st['sft']['loss_first']:.3f} -> {st['sft']['loss_last']:.3f}",
-        f"- reward model: {rm['steps']} steps on {rm['train_pairs']} ranked pairs of {rm['train_prompts']} train "
-        f"prompts; held-out pair accuracy {rm['heldout_pair_accuracy']:.3f} over {rm['heldout_pairs']} pairs of "
-        f"{rm['heldout_prompts']} held-out prompts (before training: {rm['heldout_pair_accuracy_untrained']:.3f})",
-        f"- PPO: {st['ppo'].get('steps', 0)} steps, checkpoint {st['ppo']['checkpoint']}", "",
-        f"held-out prompts: {ev['heldout_prompts']} x {ev['samples_per_prompt']} samples (T = 1, "
-        f"{ev['max_new_tokens']} new tokens); win rate against the SFT policy's own samples on the same prompts, "
-        f"ties 1/2 (standard error about {ev['win_rate_stderr']:.3f}); RM agreement: how often the RM orders two of "
-        "the policy's replies to one prompt as the true preference does", "",
-        "| policy | RM score | true-preference score | true-preference win rate vs SFT | accuracy | terse | "
-        "RM agreement on own replies |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, x in (("before PPO (SFT)", b), ("after PPO", a)):
-        lines.append(f"| {name} | {x['rm_score_mean']:.3f} | {x['true_score_mean']:.3f} | "
-                     f"{x['true_preference_win_rate_vs_sft']:.3f} | {x['accuracy']:.3f} | {x['terse_fraction']:.3f} | "
-                     f"{_f(x['rm_agreement_on_own_replies'])} ({x['rm_agreement_pairs']} pairs) |")
-    return "\n".join(lines) + "\n"
