@@ -56,6 +56,13 @@ def regularizers(kl_coef: float = 0.0, kl_estimator: str = "k3", kl_placement: s
     )
 
 
+def kl_header(p) -> tuple[str, str]:
+    """The start-up summary's KL line: estimator, β and placement, or "none"."""
+    if p["kl_coef"] > 0:
+        return "KL", f"{p['kl_estimator']} x {p['kl_coef']} in the {p['kl_placement']}"
+    return "KL", "none (kl_coef = 0)"
+
+
 def max_new_tokens(run: RunShape) -> int:
     return run.max_new_tokens
 
@@ -86,8 +93,8 @@ def policy_gradient_method(name: str, card: Card, *, advantage, objective, aggre
         name=name, card=card, params=tuple(params) + reg, source=source, rewards=tuple(rewards_),
         filters=tuple(filters), round=kl_round + tuple(round_), advantage=advantage, objective=objective,
         corrections=tuple(corrections), addends=(losses.KL_LOSS, losses.ENTROPY_BONUS), terms=tuple(terms),
-        aggregation=aggregation, **kw)
+        aggregation=aggregation, header=(kl_header,) + tuple(kw.pop("header", ())), **kw)
 
 
-__all__ = ["clip", "group_std", "regularizers", "max_new_tokens", "on_policy_only", "policy_gradient_method",
+__all__ = ["clip", "group_std", "kl_header", "regularizers", "max_new_tokens", "on_policy_only", "policy_gradient_method",
            "positive", "non_negative", "unit_interval"]

@@ -273,6 +273,12 @@ class Method:
     # {"rollout": {"engine_dtype": "bf16"}} for an engine-mismatch correction (with one
     # engine its weights are exactly 1): the tests and benchmarks run it that way
     exercise: Mapping[str, Any] = field(default_factory=dict)
+    # lines the method adds to a run's start-up summary: params -> (label, text), e.g. the KL
+    # to the reference "k3 x 0.04 in the loss" (the trainer prints them, never reads the params)
+    header: tuple[Callable[[Params], tuple[str, str]], ...] = ()
+    # sections the method adds to a run's report: (key, (run shape, rollout steps) -> dict),
+    # e.g. a test-time method's "adaptation" budgets
+    report_sections: tuple[tuple[str, Callable[["RunShape", int], dict]], ...] = ()
     values: Params | None = None  # resolved parameter values (set by `with_params`)
 
     def __post_init__(self):

@@ -36,15 +36,14 @@ def summary(trainer: Trainer) -> str:
     ntrain = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     card = rc.card
     p = rc.p
-    kl = (f"{p['kl_estimator']} x {p['kl_coef']} in the {p['kl_placement']}"
-          if "kl_coef" in p and p["kl_coef"] > 0 else "none")
     r, t = cfg.rollout, cfg.train
     lines = [
         f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {t.dtype} training)",
         f"method     {rc.name}: {card.summary}",
         f"samples    {card.samples}  [engine {trainer.engine.engine_name}]",
         f"learns     {card.learns}",
-        f"reference  {card.reference}  [KL: {kl}]",
+        f"reference  {card.reference}",
+        *(f"{label:<10} {text}" for label, text in (line(p) for line in rc.header)),
         f"device     cpu, {__import__('torch').get_num_threads()} threads, allocator: {_allocator_line()}",
         f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
         f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
@@ -254,10 +253,8 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
                       stopped_by=budget_reached(cfg, trainer.run_state) or "steps",
                       sampled_tokens=int(trainer.run_state.get("sampled_tokens", 0)),
                       prompt_digests=list(trainer.run_state.get("prompt_digests", [])))
-        if trainer.method.card.family.startswith("test-time"):
-            from policylab.methods.families.test_time import adaptation_budget
-
-            report["adaptation"] = adaptation_budget(cfg)  # an adapted model: say so, with the budgets
+        for key, section in trainer.method.report_sections:  # e.g. a test-time method's adaptation budgets
+            report[key] = section(trainer.shape, cfg.train.steps)
         if changes:
             report.setdefault("resume_changes", []).append(
                 {"at_step": resumed_at, **{k: [a, b] for k, (a, b) in changes.items()}})

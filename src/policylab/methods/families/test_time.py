@@ -29,6 +29,17 @@ def _unit(v) -> str | None:
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
+def adaptation_budget(run, steps: int) -> dict:
+    """What a test-time method's report states: the model was adapted, with these budgets
+    (`run`: the run's shape, `steps`: its rollout steps)."""
+    return {"adapted": True, "prompts": steps * run.prompts_per_step, "samples_per_prompt": run.group_size,
+            "max_new_tokens": run.max_new_tokens, "rollout_steps": steps,
+            "optimizer_steps_max": steps * run.epochs * run.minibatches}
+
+
+ADAPTATION = (("adaptation", adaptation_budget),)  # every method here reports it
+
+
 def _at_least_one(v) -> str | None:
     return None if v >= 1 else "must be >= 1"
 
@@ -65,6 +76,7 @@ register(policy_gradient_method(
         Param("ttpo_sd_coef", float, 1.0, "weight of the self-distillation term (0: off)", check=non_negative),
         Param("ttpo_rl_coef", float, 1.0, "weight of the RL term (scales its advantages)", check=non_negative)),
     min_group_size=2,
+    report_sections=ADAPTATION,
 ))
 
 register(policy_gradient_method(
@@ -105,6 +117,7 @@ register(policy_gradient_method(
         Param("probe_entropy_coef", float, 0.01, "entropy bonus on the low branch's tokens (0: off)",
               check=non_negative)),
     min_group_size=2,
+    report_sections=ADAPTATION,
 ))
 
 register(policy_gradient_method(
@@ -142,12 +155,5 @@ register(policy_gradient_method(
               "token (both sides differentiable)", choices=DIVERGENCES),
         Param("tasco_redraw", bool, True, "draw new perturbations after every optimizer step (False: keep the "
               "first draw for the whole run)")),
+    report_sections=ADAPTATION,
 ))
-
-
-def adaptation_budget(cfg) -> dict:
-    """What a test-time method's report states: the model was adapted, with these budgets."""
-    r, t = cfg.rollout, cfg.train
-    return {"adapted": True, "prompts": t.steps * r.prompts_per_step, "samples_per_prompt": r.group_size,
-            "max_new_tokens": r.max_new_tokens, "rollout_steps": t.steps,
-            "optimizer_steps_max": t.steps * t.epochs * t.minibatches}
