@@ -120,23 +120,30 @@ def test_resume_change_policy():
 
 
 def test_imports_are_listed_and_outside_policylab_refused():
-    from policylab.trainer.config import TaskConfig
-    from policylab.tasks.source import check_imports
+    from policylab.trainer.config import RunConfig, TaskConfig
+    from policylab.trainer.trust import check_imports
 
-    cfg = TaskConfig(reward="my_pkg.rewards:score", extra_rewards=("policylab.kernels.rewards:format_reward=0.5",))
+    def run(**task):
+        return RunConfig(task=TaskConfig(**task))
+
+    cfg = run(reward="my_pkg.rewards:score", extra_rewards=("policylab.kernels.rewards:format_reward=0.5",))
     said = []
     with pytest.raises(UntrustedImportError, match=r"`my_pkg.rewards` \(task.reward = 'my_pkg.rewards:score'\)"):
         check_imports(cfg, "run/config.yaml", allow=False, say=said.append)
     assert said == []  # refused before anything was said or imported
     assert check_imports(cfg, "run/config.yaml", allow=True, say=said.append) == ["my_pkg.rewards", "policylab.kernels.rewards"]
     assert said and "my_pkg.rewards" in said[0] and "policylab.kernels.rewards" in said[0]
-    ok = TaskConfig(extra_rewards=("policylab.kernels.rewards:format_reward=0.5",))
+    ok = run(extra_rewards=("policylab.kernels.rewards:format_reward=0.5",))
     assert check_imports(ok, "x", allow=False) == ["policylab.kernels.rewards"]
-    lookalike = TaskConfig(reward="policylab_evil:f")
+    lookalike = run(reward="policylab_evil:f")
     with pytest.raises(UntrustedImportError):
         check_imports(lookalike, "x", allow=False)
     with pytest.raises(ConfigError, match="not a module name"):
-        check_imports(TaskConfig(reward="../x:f"), "x", allow=True)
+        check_imports(run(reward="../x:f"), "x", allow=True)
+    # a method by import path is code outside policylab too; a built-in name is not
+    with pytest.raises(UntrustedImportError, match=r"`their_pkg.m` \(method = 'their_pkg.m:M'\)"):
+        check_imports(RunConfig(method="their_pkg.m:M"), "x", allow=False)
+    assert check_imports(RunConfig(method="dapo"), "x", allow=False) == []
 
 
 # ---------------------------------------------------------------------------- files

@@ -58,11 +58,11 @@ def _integrations(args) -> int:
 def _train(args) -> int:
     from policylab.trainer.config import load_config
     from policylab.trainer.run import print_note, train
-    from policylab.tasks.source import check_imports
+    from policylab.trainer.trust import check_imports
 
     cfg = load_config(args.config, args.set or [])
     # the user's own config: its modules are named, and allowed
-    check_imports(cfg.task, args.config, allow=True, say=print_note)
+    check_imports(cfg, args.config, allow=True, say=print_note)
     train(cfg, overwrite=args.overwrite, config_path=args.config)
     return 0
 
@@ -70,11 +70,11 @@ def _train(args) -> int:
 def _compare(args) -> int:
     from policylab.experiments.compare import compare, load_plan
     from policylab.trainer.run import print_note
-    from policylab.tasks.source import check_imports
+    from policylab.trainer.trust import check_imports
 
     plan = load_plan(args.config)
     # the user's own config: its modules are named, and allowed
-    check_imports(plan.runs[0].cfg.task, args.config, allow=True, say=print_note)
+    check_imports(plan.runs[0].cfg, args.config, allow=True, say=print_note)
     compare(plan, report_only=args.report_only, plan_only=args.plan)
     return 0
 
@@ -235,10 +235,10 @@ def _train_critic(args) -> int:
 
     from policylab.trainer.config import ConfigError, load_config
     from policylab.trainer.critic_training import train_frozen_critic
-    from policylab.tasks.source import check_imports
+    from policylab.trainer.trust import check_imports
 
     cfg = load_config(args.config, args.set or [])
-    check_imports(cfg.task, args.config, allow=True)
+    check_imports(cfg, args.config, allow=True)
     out = Path(args.out)
     if (out / "critic.json").exists() and not args.overwrite:
         raise ConfigError(f"{out} already holds a critic (critic.json); pass --overwrite to replace it")

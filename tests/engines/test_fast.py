@@ -54,20 +54,6 @@ def recompute(model, batch, sampling=None):
 
 
 @pytest.mark.parametrize("sampling", SETTINGS, ids=IDS)
-def test_behavior_logprobs_equal_recomputation(tiny_model, tokenizer, sampling):
-    model = sharpen(tiny_model)
-    batch = sample(FastEngine(model, tokenizer), sampling)
-    lp = recompute(model, batch)
-    m = batch.loss_mask
-    assert m.sum() >= 20
-    assert_close(batch.logp_behavior[m], lp[m], rtol=0, atol=1e-5)
-    assert bool((batch.logp_behavior[~m] == 0).all())
-    if sampling != SamplingSettings():  # the tolerance can fail: another transform is far off
-        plain = recompute(model, batch, SamplingSettings())
-        assert (plain - lp)[m].abs().max() > 1e-2
-
-
-@pytest.mark.parametrize("sampling", SETTINGS, ids=IDS)
 def test_same_tokens_as_hf_engine(tiny_model, tokenizer, sampling):
     """Same seed -> the same draws as HFEngine: both take argmax(p / E) with E ~ Exp(1)
     drawn for every row of the batch at every step (torch.multinomial's rule)."""
@@ -95,28 +81,6 @@ def test_same_tokens_as_hf_engine(tiny_model, tokenizer, sampling):
     assert not torch.equal(sample(hf, sampling, seed=0, G=4).tokens, sample(fast, sampling, seed=5, G=4).tokens)
 
 
-def test_pad_equal_to_eos_masks_by_first_eos(tiny_model, tokenizer):
-    assert tokenizer.pad_token_id == tokenizer.eos_token_id == EOS
-    model = eos_prone(tiny_model)
-    batch = sample(FastEngine(model, tokenizer), SamplingSettings(), seed=3, G=4, max_new_tokens=6)
-    resp, mask = batch.response_tokens, batch.loss_mask
-    T = resp.shape[1]
-    early = 0
-    for i in range(batch.size):
-        row = resp[i].tolist()
-        if EOS in row:
-            e = row.index(EOS)
-            assert mask[i].tolist() == [True] * (e + 1) + [False] * (T - e - 1)
-            assert all(t == EOS for t in row[e + 1 :])  # padding after the eos is the pad (= eos) id
-            assert not batch.extras["truncated"][i]
-            early += e + 1 < T
-        else:
-            assert mask[i].all() and batch.extras["truncated"][i]
-    assert early >= 2 and batch.extras["truncated"].any()
-    assert torch.equal(batch.attention_mask[:, batch.prompt_width :], mask)
-    assert_close(batch.logp_behavior[mask], recompute(model, batch)[mask], rtol=0, atol=1e-5)
-
-
 def test_compaction_does_not_change_the_result(tiny_model, tokenizer):
     """Dropping finished rows from the cache (every time one finishes, or never) changes
     neither the tokens nor, beyond float rounding, the log-probs."""
@@ -136,26 +100,6 @@ def test_all_rows_stop_early(tiny_model, tokenizer):
     b = sample(FastEngine(model, tokenizer), SamplingSettings(), seed=1, max_new_tokens=30)
     assert b.loss_mask.shape[1] < 30 and not b.extras["truncated"].any()
     assert b.loss_mask.shape == a.loss_mask.shape and torch.equal(a.tokens, b.tokens)
-
-
-def test_left_padding_layout_groups_and_extras(tiny_model, tokenizer):
-    batch = sample(FastEngine(sharpen(tiny_model), tokenizer), SamplingSettings(top_k=10), G=2,
-                   group_ids=[40, 7, 99])
-    P = batch.prompt_width
-    assert P == 6 and batch.size == 6
-    for i in range(6):
-        prompt = PROMPTS[i // 2]
-        n = len(prompt)
-        assert batch.tokens[i, P - n : P].tolist() == prompt
-        assert batch.attention_mask[i, :P].tolist() == [False] * (P - n) + [True] * n
-    assert batch.group.tolist() == [40, 40, 7, 7, 99, 99]
-    assert batch.extras["prompt_index"].tolist() == [0, 0, 1, 1, 2, 2]
-    assert batch.extras["prompt_lengths"].tolist() == [6, 6, 2, 2, 4, 4]
-    assert batch.extras["seed"] == 0
-    assert batch.policy_version.tolist() == [7] * 6
-    assert batch.batch_id == "b0" and batch.engine == "fast-fp32"
-    assert batch.source == ("native",) * 6
-    assert batch.sampling == SamplingSettings(top_k=10)
 
 
 def test_seeds_generators_and_global_rng(tiny_model, tokenizer):
@@ -186,18 +130,6 @@ def test_seeds_generators_and_global_rng(tiny_model, tokenizer):
     assert torch.equal(y_hf.tokens, y_fast.tokens) and torch.equal(after_hf, after_fast)
 
 
-def test_model_generation_config_and_mode_untouched(tiny_model, tokenizer):
-    model = sharpen(tiny_model)
-    model.generation_config.repetition_penalty = 3.0
-    model.generation_config.top_k = 5
-    model.train()
-    s = SamplingSettings(temperature=1.0)
-    batch = sample(FastEngine(model, tokenizer), s)
-    assert model.generation_config.repetition_penalty == 3.0 and model.training
-    lp = recompute(model.eval(), batch)
-    assert_close(batch.logp_behavior[batch.loss_mask], lp[batch.loss_mask], rtol=0, atol=1e-5)
-
-
 def test_greedy_matches_hf_greedy(tiny_model, tokenizer):
     model = eos_prone(tiny_model, alpha=0.7)
     state = torch.get_rng_state()
@@ -205,16 +137,6 @@ def test_greedy_matches_hf_greedy(tiny_model, tokenizer):
     assert torch.equal(torch.get_rng_state(), state)  # no randomness consumed
     assert got == HFEngine(model, tokenizer).greedy(PROMPTS, max_new_tokens=6)
     assert any(r[-1] == EOS and len(r) < 6 for r in got) or all(len(r) == 6 for r in got)
-
-
-def test_decode_responses_skips_special_tokens(tiny_model, tokenizer):
-    engine = FastEngine(eos_prone(tiny_model), tokenizer)
-    batch = sample(engine, SamplingSettings(), seed=3, G=4, max_new_tokens=6)
-    texts = engine.decode_responses(batch)
-    assert len(texts) == batch.size
-    for i, text in enumerate(texts):
-        ids = batch.response_tokens[i][batch.loss_mask[i]].tolist()
-        assert text == tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def test_bf16_engine_is_a_different_engine_and_follows_weight_updates(tiny_model, tokenizer):

@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
+from policylab.backends.update import StepHooks
 from torch.testing import assert_close
 
 from policylab import methods
@@ -72,7 +74,7 @@ def test_cord_projects_the_accumulated_rl_gradient_off_the_retention_gradient(mo
             return rec["out"]
 
         tr.model.load_state_dict(start)
-        tr.worker.optimizer_step(tr.method, batch, sign * adv, old_from_same_forward=True, grad_transforms=hook)
+        tr.worker.optimizer_step(tr.method, batch, sign * adv, old_from_same_forward=True, hooks=StepHooks(grad=hook))
         rl, ret, final = _flat(rec["rl"]), _flat(rec["ret"]), _flat(rec["final"])
         d, n = float(rl @ ret), float(ret @ ret)
         other = final - ret  # λ = 1, β = 1: what is left of the RL gradient in .grad

@@ -10,7 +10,7 @@ from policylab.models import loading as models
 from policylab.errors import PolicylabError
 from policylab.models.logprobs import model_logprobs
 from policylab.models.prefix import SharedPrefix, distinct_prompts
-from policylab.backends.update import optimizer_step
+from policylab.backends.update import Learner, UpdateSettings, optimizer_step
 
 from trainer_utils import tiny_config
 
@@ -113,8 +113,8 @@ def test_optimizer_step_same_update_with_and_without_prefix(tiny_model_dir, tmp_
         for shared, mbs in [(False, 9), (True, 9), (True, 2), (True, 1)]:
             tr.model.load_state_dict(start)
             opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
-            m = optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=mbs, dtype="fp64",
-                               grad_clip=0.0, old_from_same_forward=True, shared_prefix=shared)
+            settings = UpdateSettings(micro_batch_size=mbs, dtype="fp64", grad_clip=0.0, shared_prefix=shared)
+            m = optimizer_step(Learner(tr.model, opt, settings=settings), recipe, batch, adv, old_from_same_forward=True)
             assert m["skipped_nonfinite"] == 0.0
             deltas[(shared, mbs)] = {k: v - start[k] for k, v in tr.model.state_dict().items()}
         ref = deltas[(False, 9)]
@@ -222,9 +222,11 @@ def test_optimizer_step_metrics_equal_with_and_without_prefix(tiny_model_dir, tm
     adv = tr.method.advantage.fn(batch, tr.context().for_stage(tr.method, tr.method.advantage)).adv
     adv = adv + 0.1 * torch.randn(adv.shape, generator=torch.Generator().manual_seed(0), dtype=adv.dtype)
     opt = torch.optim.SGD(tr.model.parameters(), lr=0.0)  # weights stay: compare metrics on the same weights
-    kw = dict(micro_batch_size=5, dtype="fp64", grad_clip=0.0, old_from_same_forward=True)
-    m0 = optimizer_step(tr.model, opt, None, tr.method, batch, adv, shared_prefix=False, **kw)
-    m1 = optimizer_step(tr.model, opt, None, tr.method, batch, adv, shared_prefix=True, **kw)
+    kw = dict(micro_batch_size=5, dtype="fp64", grad_clip=0.0)
+    m0 = optimizer_step(Learner(tr.model, opt, settings=UpdateSettings(shared_prefix=False, **kw)), tr.method, batch,
+                        adv, old_from_same_forward=True)
+    m1 = optimizer_step(Learner(tr.model, opt, settings=UpdateSettings(shared_prefix=True, **kw)), tr.method, batch,
+                        adv, old_from_same_forward=True)
     assert m0.keys() == m1.keys() and m0["grad_norm"] > 0
     for k in m0:
         assert m1[k] == pytest.approx(m0[k], rel=1e-6, abs=1e-9), k

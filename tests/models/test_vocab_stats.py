@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from policylab import SamplingSettings
 from policylab.models import loading as models
 from policylab.backends.local import LocalWorker
+from policylab.backends.update import Learner, UpdateSettings
 from policylab.batch import RolloutBatch
 from policylab.engines.fast import FastEngine
 from policylab.errors import PolicylabError
@@ -65,8 +66,8 @@ def _batch(policy, tokenizer, sampling, seed=0) -> RolloutBatch:
 
 
 def _worker(policy, ref, mbs=3):
-    return LocalWorker(policy, None, None, ref_model=ref, micro_batch_size=mbs, dtype="fp32", grad_clip=0.0,
-                       skip_nonfinite=True, shared_prefix=False)
+    return LocalWorker(Learner(policy, None, settings=UpdateSettings(micro_batch_size=mbs, dtype="fp32", grad_clip=0.0)),
+                       ref_model=ref)
 
 
 @pytest.mark.parametrize("sampling", [SamplingSettings(), SamplingSettings(temperature=0.7),

@@ -10,7 +10,7 @@ import torch
 from policylab.experiments.exercise import exercise_settings
 from policylab import methods
 from policylab.trainer.loop import Trainer
-from policylab.backends.update import optimizer_step
+from policylab.backends.update import Learner, UpdateSettings, optimizer_step
 
 from trainer_utils import tiny_config
 
@@ -53,8 +53,8 @@ def test_same_update_for_every_micro_batch_split(tiny_model_dir, tmp_path, share
         for mbs in [1, 2, 4, 8]:
             tr.model.load_state_dict(start)
             opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
-            optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=mbs, dtype="fp64",
-                           grad_clip=0.0, old_from_same_forward=True, shared_prefix=shared_prefix)
+            settings = UpdateSettings(micro_batch_size=mbs, dtype="fp64", grad_clip=0.0, shared_prefix=shared_prefix)
+            optimizer_step(Learner(tr.model, opt, settings=settings), recipe, batch, adv, old_from_same_forward=True)
             deltas[(mode, mbs)] = {k: v - start[k] for k, v in tr.model.state_dict().items()}
         ref = deltas[(mode, 8)]
         assert max(float(d.abs().max()) for d in ref.values()) > 1e-6  # the update is not trivially zero
@@ -118,7 +118,7 @@ def test_fused_adamw_matches_the_reference_loop(tokenizer):
     # the trainer's AdamW uses the fused kernel; three steps on the same gradients must give
     # the per-tensor reference's weights up to fp32 rounding
     from policylab.models import loading as models
-    from policylab.trainer.support import _adamw
+    from policylab.backends.build import adamw as _adamw
 
     a, b = models.tiny_llama(tokenizer), models.tiny_llama(tokenizer)
     opt_a = _adamw(a.parameters(), lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
@@ -153,9 +153,10 @@ def test_zero_advantage_rows_left_out_give_the_same_update(tiny_model_dir, tmp_p
     for skip in (False, True):
         tr.model.load_state_dict(start)
         opt = torch.optim.SGD(tr.model.parameters(), lr=1.0)
-        metrics[skip] = optimizer_step(tr.model, opt, None, recipe, batch, adv, micro_batch_size=3, dtype="fp64",
-                                       grad_clip=0.0, old_from_same_forward=True,
-                                       shared_prefix=shared_prefix, skip_zero_adv=skip)
+        settings = UpdateSettings(micro_batch_size=3, dtype="fp64", grad_clip=0.0, shared_prefix=shared_prefix,
+                                  skip_zero_adv=skip)
+        metrics[skip] = optimizer_step(Learner(tr.model, opt, settings=settings), recipe, batch, adv,
+                                       old_from_same_forward=True)
         deltas[skip] = {k: v - start[k] for k, v in _params(tr.model).items()}
     assert metrics[True]["train/rows_zero_adv_skipped"] == 5.0 and metrics[False]["train/rows_zero_adv_skipped"] == 0.0
     assert metrics[True]["tokens"] == metrics[False]["tokens"]  # the normalizer's token count
@@ -177,8 +178,8 @@ def test_zero_advantage_rows_kept_when_another_term_needs_them(tiny_model_dir, t
     tr = Trainer(cfg)
     batch = tr.prepare(tr.collect()[0])
     start = _params(tr.model)
-    m = optimizer_step(tr.model, tr.optimizer, None, methods.get("grpo").with_params({"kl_coef": 0.0}), batch,
-                       torch.zeros(batch.size), micro_batch_size=2, dtype="fp32", grad_clip=1.0,
+    learner = Learner(tr.model, tr.optimizer, settings=UpdateSettings(micro_batch_size=2, dtype="fp32", grad_clip=1.0))
+    m = optimizer_step(learner, methods.get("grpo").with_params({"kl_coef": 0.0}), batch, torch.zeros(batch.size),
                        old_from_same_forward=True)
     assert m["skipped_no_signal"] == 1.0 and m["train/rows_zero_adv_skipped"] == batch.size
     for k, v in _params(tr.model).items():

@@ -11,13 +11,15 @@ weights at every call.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from policylab.batch import RolloutBatch, SamplingSettings
 from policylab.errors import PolicylabError
 from policylab.models.logprobs import model_logprobs, model_logprobs_at
 from policylab.models.prefix import shared_prefix_or_none
-from policylab.backends.update import autocast, optimizer_step
+from policylab.backends.update import Learner, StepHooks, UpdateSettings, autocast, optimizer_step
 
 
 class LocalRollout:
@@ -30,6 +32,8 @@ class LocalRollout:
         self.tokenizer = engine.tokenizer
         self.same_numerics_as_trainer = same_numerics_as_trainer
         self.version = 0
+
+    capabilities = frozenset({"rollout.greedy"})
 
     def generate(self, prompts, *, group_size: int, sampling: SamplingSettings, max_new_tokens: int,
                  policy_version: int, batch_id: str, group_ids=None, record_topk: int = 0) -> RolloutBatch:
@@ -56,20 +60,44 @@ class LocalRollout:
 class LocalWorker:
     """PolicyWorker over one policy model in this process.
 
-    model, optimizer, scheduler   the learner and its optimizer (a LambdaLR or None)
-    ref_model                     frozen reference for `logp_ref` (None: none loaded)
-    critic, critic_optimizer      value model for methods with a critic (None otherwise)
-    micro_batch_size, dtype, device, grad_clip, skip_nonfinite, shared_prefix
-                                  the training settings (`config.TrainConfig`)
+    learner                   the policy, its optimizer, its schedule and how updates run
+                              (`backends.update.Learner`, its `UpdateSettings`: micro-batch
+                              size, dtype, device, clipping, shared prefix)
+    ref_model                 frozen reference for `logp_ref` (None: none loaded)
+    critic, critic_optimizer  value model for methods with a critic (None otherwise)
     """
 
-    def __init__(self, model, optimizer, scheduler, *, ref_model=None, critic=None, critic_optimizer=None,
-                 micro_batch_size: int, dtype: str, device: torch.device | str = "cpu", grad_clip: float,
-                 skip_nonfinite: bool, shared_prefix: bool):
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+    capabilities = frozenset({"worker.logprobs_at", "worker.vocab_stats", "worker.prompt_logprobs",
+                              "worker.continuation_logprobs"})
+
+    def __init__(self, learner: Learner, *, ref_model=None, critic=None, critic_optimizer=None):
+        self.learner = learner
         self.ref_model, self.critic, self.critic_optimizer = ref_model, critic, critic_optimizer
-        self.micro_batch_size, self.dtype, self.device = micro_batch_size, dtype, device
-        self.grad_clip, self.skip_nonfinite, self.shared_prefix = grad_clip, skip_nonfinite, shared_prefix
+
+    @property
+    def model(self):
+        return self.learner.model
+
+    @property
+    def settings(self) -> UpdateSettings:
+        return self.learner.settings
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.settings.micro_batch_size
+
+    @micro_batch_size.setter
+    def micro_batch_size(self, n: int) -> None:
+        """Another micro-batch split of the same updates (the invariance tests switch it)."""
+        self.learner.settings = dataclasses.replace(self.learner.settings, micro_batch_size=int(n))
+
+    @property
+    def dtype(self) -> str:
+        return self.settings.dtype
+
+    @property
+    def device(self):
+        return self.settings.device
 
     # ------------------------------------------------------------------ role passes
     @torch.no_grad()
@@ -87,7 +115,7 @@ class LocalWorker:
             raise PolicylabError(f"unknown role {role!r}: the worker computes logp_old, logp_current and logp_ref")
         out = []
         prefix = None
-        if self.shared_prefix:
+        if self.settings.shared_prefix:
             with autocast(self.dtype, self.device):
                 prefix = shared_prefix_or_none(model, batch.tokens, batch.attention_mask, batch.prompt_width)
         for idx in torch.arange(batch.size).split(self.micro_batch_size):
@@ -225,17 +253,12 @@ class LocalWorker:
 
     # ------------------------------------------------------------------ updates
     def optimizer_step(self, method, minibatch: RolloutBatch, adv: torch.Tensor, *, old_from_same_forward: bool,
-                       grad_transforms=None, post_step=None) -> dict:
-        return optimizer_step(
-            self.model, self.optimizer, self.scheduler, method, minibatch, adv,
-            micro_batch_size=self.micro_batch_size, dtype=self.dtype, grad_clip=self.grad_clip,
-            old_from_same_forward=old_from_same_forward, skip_nonfinite=self.skip_nonfinite,
-            shared_prefix=self.shared_prefix, device=self.device, grad_transforms=grad_transforms,
-            post_step=post_step,
-        )
+                       hooks: StepHooks = StepHooks()) -> dict:
+        return optimizer_step(self.learner, method, minibatch, adv, old_from_same_forward=old_from_same_forward,
+                              hooks=hooks)
 
     def value_step(self, batch: RolloutBatch, returns: torch.Tensor, *, clip_eps: float | None) -> dict:
         from policylab.models.critic import value_step
 
         return value_step(self.critic, self.critic_optimizer, batch, returns, clip_eps=clip_eps,
-                          micro_batch_size=self.micro_batch_size, grad_clip=self.grad_clip)
+                          micro_batch_size=self.micro_batch_size, grad_clip=self.settings.grad_clip)

@@ -14,17 +14,63 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from policylab.batch import BT_FIELDS, RolloutBatch
 from policylab.kernels import aggregate as agg
 from policylab.kernels.checks import masked_mean
-from policylab.batch import BT_FIELDS, RolloutBatch
-from policylab.models.logprobs import model_logprobs
+from policylab.methods.diagnostics import MetricReducer
 from policylab.methods.loss import loss_terms, term_masks
 from policylab.methods.spec import LossInputs, Method
+from policylab.models.logprobs import model_logprobs
 from policylab.models.prefix import shared_prefix_or_none
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How a policy worker runs an optimizer step (the `train:` section's update fields).
+
+    micro_batch_size  sequences per forward/backward (gradient accumulation inside a step)
+    dtype             fp32 | fp64 | bf16 (autocast of the forward; fp32 master weights)
+    device            torch device of the forward (autocast follows it)
+    grad_clip         max global gradient norm (0: off)
+    skip_nonfinite    a non-finite loss or gradient skips the step (logged) instead of raising
+    shared_prefix     each distinct prompt of a minibatch is computed once (same gradient)
+    skip_zero_adv     rows that cannot change the update are left out of the forward
+    chunk_size        vocabulary chunk of the log-softmax (None: the default)
+    """
+
+    micro_batch_size: int = 8
+    dtype: str = "fp32"
+    device: str = "cpu"
+    grad_clip: float = 1.0
+    skip_nonfinite: bool = True
+    shared_prefix: bool = False
+    skip_zero_adv: bool = True
+    chunk_size: int | None = None
+
+
+@dataclass
+class Learner:
+    """What a step changes and how: the policy, its optimizer, its schedule (None: none) and
+    the update settings."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object = None
+    settings: UpdateSettings = UpdateSettings()
+
+
+@dataclass(frozen=True)
+class StepHooks:
+    """The method's gradient-level stages for one step: `grad(model) -> metrics` after the
+    last backward and before clipping; `post(model) -> metrics` right after the step."""
+
+    grad: Callable[[torch.nn.Module], dict] | None = None
+    post: Callable[[torch.nn.Module], dict] | None = None
 
 
 def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> tuple[RolloutBatch, torch.Tensor]:
@@ -64,36 +110,6 @@ def autocast(dtype: str, device: torch.device | str = "cpu"):
     return contextlib.nullcontext()
 
 
-class MetricAccumulator:
-    """Combines micro-batch metrics: keys ending in /min or /max reduce by min/max,
-    counts (_count, /n, /n_tokens, log_ratio_clamped) add up, everything else is a
-    token-weighted mean."""
-
-    def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.weights: dict[str, float] = {}
-
-    def add(self, metrics: dict, weight: float) -> None:
-        for k, v in metrics.items():
-            v = float(v)
-            if k.endswith("/min"):
-                self.sums[k] = min(self.sums.get(k, math.inf), v)
-            elif k.endswith("/max"):
-                self.sums[k] = max(self.sums.get(k, -math.inf), v)
-            elif k.endswith(("_count", "/n", "/n_tokens", "log_ratio_clamped")):
-                self.sums[k] = self.sums.get(k, 0.0) + v
-            else:
-                self.sums[k] = self.sums.get(k, 0.0) + v * weight
-                self.weights[k] = self.weights.get(k, 0.0) + weight
-
-    def result(self) -> dict[str, float]:
-        out = {}
-        for k, v in self.sums.items():
-            w = self.weights.get(k)
-            out[k] = v / w if w else v
-        return out
-
-
 def micro_batches(minibatch: RolloutBatch, micro_batch_size: int, lengths: torch.Tensor,
                   by_group: bool) -> list[torch.Tensor]:
     """Row indices of each micro-batch: rows sorted by length (longest first) and cut into
@@ -117,148 +133,163 @@ def micro_batches(minibatch: RolloutBatch, micro_batch_size: int, lengths: torch
     return out
 
 
-def optimizer_step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler,
-    method: Method,
-    minibatch: RolloutBatch,
-    adv: torch.Tensor,
-    *,
-    micro_batch_size: int,
-    dtype: str,
-    grad_clip: float,
-    old_from_same_forward: bool,
-    skip_nonfinite: bool = True,
-    chunk_size: int | None = None,
-    shared_prefix: bool = False,
-    skip_zero_adv: bool = True,
-    device: torch.device | str = "cpu",
-    grad_transforms: Callable[[torch.nn.Module], dict] | None = None,
-    post_step: Callable[[torch.nn.Module], dict] | None = None,
-) -> dict[str, float]:
-    """Accumulate gradients over micro-batches of `minibatch`, then step once.
+@dataclass
+class StepPlan:
+    """What one optimizer step trains on, decided before any forward: the rows (those that
+    cannot change the update left out), each loss term's normalizer over the whole
+    minibatch's final mask, and the micro-batches. `skipped` holds the step's metrics when
+    it has nothing to train."""
 
-    `old_from_same_forward=True` is the single on-policy update: π_old equals π_θ in
-    value, so logp_old := sg(logp) of this very forward (ratio exactly 1) instead of a
-    separate old-logprob pass. Otherwise `minibatch.logp_old` must be present.
+    minibatch: RolloutBatch
+    adv: torch.Tensor
+    norms: dict[str, float]
+    n_tokens: float
+    n_skipped_rows: int = 0
+    skipped: dict | None = None
 
-    `shared_prefix=True` computes each distinct prompt of the minibatch once
-    (`policylab.models.prefix.SharedPrefix`) when at least two rows share one; micro-batches then
-    carry response tokens only. Same loss and gradient up to float rounding (tested).
 
-    `skip_zero_adv=True` leaves out of the forward the rows whose advantage is 0 on every
-    counted token when that cannot change the update (`Method.zero_adv_rows_inert`: e.g.
-    GRPO's all-equal groups without a KL or entropy term in the loss): they add exactly 0
-    to loss and gradient, and still count in the normalizers. The metrics (entropy, ratio
-    statistics, clip fractions) then describe the rows that were trained;
-    `train/rows_zero_adv_skipped` counts the others. A minibatch with no other row is
-    skipped like a no-signal step.
-
-    `grad_transforms(model) -> metrics` runs once after the last micro-batch's backward
-    and before clipping and the optimizer step (the method's gradient-level stages);
-    `post_step(model) -> metrics` right after the optimizer step (e.g. re-projecting
-    constrained weights)."""
-    if not old_from_same_forward:
-        minibatch.require(method.name, "logp_old")
-    norms = {
-        name: agg.normalizer(mask, mode, L_norm=L) if bool(mask.any()) else 0.0
-        for name, (mask, mode, L) in term_masks(method, minibatch).items()
-    }
+def plan_step(method: Method, minibatch: RolloutBatch, adv: torch.Tensor, *, skip_zero_adv: bool) -> StepPlan:
+    """Normalizers once per optimizer step (so the micro-batch split never changes the
+    gradient) and the rows to train. A minibatch with no counted token, or whose every row
+    is inert (advantage 0 on every token of a method where such rows add exactly 0), is a
+    skipped step: a zero-loss step would still move the weights through weight decay and
+    the optimizer's momentum."""
+    norms = {name: agg.normalizer(mask, mode, L_norm=L) if bool(mask.any()) else 0.0
+             for name, (mask, mode, L) in term_masks(method, minibatch).items()}
     if all(n == 0.0 for n in norms.values()):
-        # no counted token anywhere: skip the step entirely (a zero-loss step would still
-        # move the weights through weight decay and optimizer momentum)
-        return {"skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": 0.0}
-    n_tokens = float(minibatch.loss_mask.sum())  # counted tokens (the skipped rows' included)
-    n_skipped = 0
-    if skip_zero_adv and method.zero_adv_rows_inert:
-        a2 = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(minibatch.loss_mask)
-        live = ((a2 != 0) & minibatch.loss_mask).any(-1)
-        n_skipped = int(minibatch.size - int(torch.count_nonzero(live)))
-        if n_skipped == minibatch.size:
-            return {"skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": n_tokens,
-                    "train/rows_zero_adv_skipped": float(n_skipped)}
-        if n_skipped:
-            rows = live.nonzero().squeeze(-1)
-            minibatch, adv = minibatch.select(rows), adv[rows]
+        return StepPlan(minibatch, adv, norms, 0.0,
+                        skipped={"skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": 0.0})
+    n_tokens = float(minibatch.loss_mask.sum())  # counted tokens, the left-out rows' included
+    if not (skip_zero_adv and method.zero_adv_rows_inert):
+        return StepPlan(minibatch, adv, norms, n_tokens)
+    a2 = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(minibatch.loss_mask)
+    live = ((a2 != 0) & minibatch.loss_mask).any(-1)
+    n_skipped = int(minibatch.size - int(torch.count_nonzero(live)))
+    if n_skipped == minibatch.size:
+        return StepPlan(minibatch, adv, norms, n_tokens, n_skipped, skipped={
+            "skipped_no_signal": 1.0, "skipped_nonfinite": 0.0, "tokens": n_tokens,
+            "train/rows_zero_adv_skipped": float(n_skipped)})
+    if n_skipped:
+        rows = live.nonzero().squeeze(-1)
+        minibatch, adv = minibatch.select(rows), adv[rows]
+    return StepPlan(minibatch, adv, norms, n_tokens, n_skipped)
+
+
+def _forward(model, mb: RolloutBatch, idx: torch.Tensor, prefix, settings: UpdateSettings, need_entropy: bool):
+    """The learner's log-probs and entropy of one micro-batch (the one training forward)."""
+    with_entropy = True if need_entropy else "detached"
+    with autocast(settings.dtype, settings.device):
+        if prefix is not None:
+            return prefix.logprobs(model, idx, mb.tokens, mb.attention_mask, sampling=mb.sampling,
+                                   chunk_size=settings.chunk_size, with_entropy=with_entropy)
+        return model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling,
+                              chunk_size=settings.chunk_size, with_entropy=with_entropy)
+
+
+def _micro_batch_loss(method: Method, mb: RolloutBatch, inp: LossInputs, norms: dict, totals: dict):
+    """The micro-batch's share of the step's loss: each term aggregated over its own mask
+    with the step's normalizer (None when no term has a counted token here)."""
+    mats, metrics = loss_terms(method, inp)
+    masks = term_masks(method, mb)
+    loss = None
+    for name, mat in mats.items():
+        mask, mode, L = masks[name]
+        if norms[name] == 0.0:
+            continue  # no counted token of this term in the whole minibatch
+        part = agg.aggregate(mat, mask, mode, normalizer=norms[name], L_norm=L)
+        totals[name] += float(part.detach())
+        loss = part if loss is None else loss + part
+    return loss, metrics
+
+
+def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, *, old_from_same_forward: bool):
+    """Forward and backward over the plan's micro-batches, gradients accumulated.
+    Returns (per-term loss totals, reduced metrics, whether a loss was non-finite)."""
+    minibatch, adv = plan.minibatch, plan.adv
     need_entropy = method.needs_entropy_grad
-    acc = MetricAccumulator()
-    optimizer.zero_grad(set_to_none=True)
-    total = {name: 0.0 for name in norms}
-    nonfinite = False
+    reducer = MetricReducer()
+    totals = {name: 0.0 for name in plan.norms}
     lengths = minibatch.attention_mask.sum(-1)
     prefix = None
-    if shared_prefix:
-        with autocast(dtype, device):
+    if settings.shared_prefix:
+        with autocast(settings.dtype, settings.device):
             prefix = shared_prefix_or_none(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
     if prefix is not None:
         lengths = minibatch.loss_mask.sum(-1)  # micro-batches then carry response tokens only
-    for idx in micro_batches(minibatch, micro_batch_size, lengths, method.objective.row_coupling == "group"):
+    by_group = method.objective.row_coupling == "group"
+    for idx in micro_batches(minibatch, settings.micro_batch_size, lengths, by_group):
         mb, mb_adv = trim(minibatch.select(idx), adv[idx], keep_prompt=prefix is not None)
-        with autocast(dtype, device):
-            if prefix is not None:
-                logp, entropy = prefix.logprobs(
-                    model, idx, mb.tokens, mb.attention_mask,
-                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True if need_entropy else "detached",
-                )
-            else:
-                logp, entropy = model_logprobs(
-                    model, mb.tokens, mb.attention_mask, mb.prompt_width,
-                    sampling=mb.sampling, chunk_size=chunk_size, with_entropy=True if need_entropy else "detached",
-                )
+        logp, entropy = _forward(model, mb, idx, prefix, settings, need_entropy)
         inp = LossInputs(logp=logp, logp_old=logp.detach() if old_from_same_forward else mb.logp_old,
                          logp_behavior=mb.logp_behavior, logp_ref=mb.logp_ref, adv=mb_adv, mask=mb.loss_mask,
                          entropy=entropy, batch=mb)
-        mats, metrics = loss_terms(method, inp)
-        masks = term_masks(method, mb)
-        loss = 0.0
-        for name, mat in mats.items():
-            mask, mode, L = masks[name]
-            if norms[name] == 0.0:
-                continue  # no counted token of this term in the whole minibatch
-            part = agg.aggregate(mat, mask, mode, normalizer=norms[name], L_norm=L)
-            total[name] += float(part.detach())
-            loss = loss + part
-        if not torch.is_tensor(loss):
+        loss, metrics = _micro_batch_loss(method, mb, inp, plan.norms, totals)
+        if loss is None:
             continue
         if not torch.isfinite(loss):
-            nonfinite = True
-            break
+            return totals, reducer.result(), True
         loss.backward()
-        w = float(mb.loss_mask.sum())
         m = dict(metrics)
         m["policy/entropy"] = float(masked_mean(entropy, mb.loss_mask))
         if mb.logp_behavior is not None:
-            d = (mb.logp_behavior - logp.detach())
-            m["mismatch/behavior_vs_current_abs_dlogp"] = float(masked_mean(d.abs(), mb.loss_mask))
-        acc.add(m, w)
-    if prefix is not None and not nonfinite:
+            m["mismatch/behavior_vs_current_abs_dlogp"] = float(
+                masked_mean((mb.logp_behavior - logp.detach()).abs(), mb.loss_mask))
+        reducer.add(m, weight=float(mb.loss_mask.sum()))
+    if prefix is not None:
         prefix.backward()  # the prompts' share of the gradient, through the prefix graph once
-    out = acc.result()
-    if not nonfinite and grad_transforms is not None:
-        out.update(grad_transforms(model))
-    grad_norm = _grad_norm(model)
-    if not math.isfinite(grad_norm):
-        nonfinite = True
-    out.update({f"loss/{k}": v for k, v in total.items()})
+    return totals, reducer.result(), False
+
+
+def apply_step(learner: Learner, hooks: StepHooks, out: dict, nonfinite: bool) -> dict:
+    """Gradient stages, the non-finite guard, clipping, the optimizer and schedule steps."""
+    settings = learner.settings
+    if not nonfinite and hooks.grad is not None:
+        out.update(hooks.grad(learner.model))
+    grad_norm = _grad_norm(learner.model)
+    nonfinite = nonfinite or not math.isfinite(grad_norm)
     out["grad_norm"] = grad_norm
-    out["tokens"] = n_tokens
-    out["train/rows_zero_adv_skipped"] = float(n_skipped)
-    if nonfinite and skip_nonfinite:
-        optimizer.zero_grad(set_to_none=True)
+    if nonfinite and settings.skip_nonfinite:
+        learner.optimizer.zero_grad(set_to_none=True)
         out["skipped_nonfinite"] = 1.0
         return out
     if nonfinite:
         raise FloatingPointError("non-finite loss or gradient (train.skip_nonfinite is false)")
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    if post_step is not None:
-        out.update(post_step(model))
-    if scheduler is not None:
-        scheduler.step()
+    if settings.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(learner.model.parameters(), settings.grad_clip)
+    learner.optimizer.step()
+    if hooks.post is not None:
+        out.update(hooks.post(learner.model))
+    if learner.scheduler is not None:
+        learner.scheduler.step()
     out["skipped_nonfinite"] = 0.0
     return out
+
+
+def optimizer_step(learner: Learner, method: Method, minibatch: RolloutBatch, adv: torch.Tensor, *,
+                   old_from_same_forward: bool, hooks: StepHooks = StepHooks()) -> dict:
+    """One optimizer step over `minibatch`: plan, accumulate over micro-batches, apply.
+
+    `old_from_same_forward=True` is the single on-policy update: π_old equals π_θ in
+    value, so logp_old := sg(logp) of this very forward (ratio exactly 1) instead of a
+    separate old-logprob pass; otherwise `minibatch.logp_old` must be present.
+    `learner.settings.shared_prefix` computes each distinct prompt once when two rows share one
+    (`policylab.models.prefix.SharedPrefix`; same loss and gradient up to float rounding).
+    With `learner.settings.skip_zero_adv`, rows whose advantage is 0 on every counted token are
+    left out of the forward when that cannot change the update
+    (`Method.zero_adv_rows_inert`); they still count in the normalizers, and the metrics
+    (entropy, ratio statistics, clip fractions) then describe the trained rows."""
+    if not old_from_same_forward:
+        minibatch.require(method.name, "logp_old")
+    plan = plan_step(method, minibatch, adv, skip_zero_adv=learner.settings.skip_zero_adv)
+    if plan.skipped is not None:
+        return plan.skipped
+    learner.optimizer.zero_grad(set_to_none=True)
+    totals, out, nonfinite = accumulate(learner.model, method, plan, learner.settings,
+                                        old_from_same_forward=old_from_same_forward)
+    out.update({f"loss/{k}": v for k, v in totals.items()})
+    out["tokens"] = plan.n_tokens
+    out["train/rows_zero_adv_skipped"] = float(plan.n_skipped_rows)
+    return apply_step(learner, hooks, out, nonfinite)
 
 
 def _grad_norm(model: torch.nn.Module) -> float:

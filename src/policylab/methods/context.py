@@ -16,7 +16,31 @@ from typing import Any, Callable
 import torch
 
 from policylab.batch import RolloutBatch, SamplingSettings
+from policylab.errors import PolicylabError
 from policylab.methods.spec import ParamView, RunShape
+
+# what every stage may use of the backends; anything else it must declare in `Stage.needs`
+ROLLOUT_CORE = frozenset({"generate", "decode", "engine_name", "same_numerics_as_trainer", "tokenizer"})
+WORKER_CORE = frozenset({"role_logprobs", "values"})
+
+
+class UndeclaredCapability(PolicylabError, AttributeError):
+    """A stage called an optional backend call it did not declare in `Stage.needs`."""
+
+
+class BackendView:
+    """A backend as one stage sees it: the core calls plus the capabilities the stage
+    declared (`kind.name` in `Stage.needs`); anything else raises, naming the stage."""
+
+    def __init__(self, backend, kind: str, core: frozenset, needs: tuple[str, ...], stage: str):
+        self._backend, self._kind, self._stage = backend, kind, stage
+        self._allowed = core | {n.partition(".")[2] for n in needs if n.startswith(kind + ".")}
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self._allowed:
+            raise UndeclaredCapability(f"stage `{self._stage}` uses {self._kind}.{name} without declaring it: add "
+                                       f"needs=(\"{self._kind}.{name}\",) to the Stage (policylab.methods.spec.CAPABILITIES)")
+        return getattr(self._backend, name)
 
 
 @dataclass
@@ -90,7 +114,16 @@ class StageContext:
     tokenizer: Any = None
 
     def for_stage(self, method, stage) -> "StageContext":
-        return dataclasses.replace(self, p=method.view(stage))
+        rollout, worker = self.rollout, self.worker
+        if rollout is not None:
+            rollout = BackendView(_unwrapped(rollout), "rollout", ROLLOUT_CORE, stage.needs, stage.name)
+        if worker is not None:
+            worker = BackendView(_unwrapped(worker), "worker", WORKER_CORE, stage.needs, stage.name)
+        return dataclasses.replace(self, p=method.view(stage), rollout=rollout, worker=worker)
+
+
+def _unwrapped(backend):
+    return backend._backend if isinstance(backend, BackendView) else backend
 
 
 @dataclass

@@ -1,14 +1,20 @@
 """What has been measured for each method beyond its kernel tests: the status on its card.
 
-Kept in one place so a new measurement updates one line. Every entry points at the file
-that holds the numbers and the command that produced them.
+The one place a card's status comes from: registrations do not set it, `apply()` writes
+these entries into the registered cards when `policylab.methods` is imported, and a test
+checks that every shipped method (and literature-only card) has exactly one entry. Every
+entry points at the file that holds the numbers and the command that produced them. A
+method registered from outside the package keeps the status its own card states, or
+`registry.EXTERNAL`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from policylab.methods.registry import REGISTRY
+from policylab.methods.registry import LITERATURE, REGISTRY
+
+LITERATURE_ONLY = "literature-only: not implemented, every execution path refuses"
 
 _REAL = "kernel verified; 2 real optimizer steps on SmolLM2-135M-Instruct (benchmarks/results/methods_real.md)"
 _REAL3 = ("kernel verified; 3 steps in the trainer on SmolLM2-135M-Instruct, finite metrics "
@@ -170,7 +176,14 @@ EVIDENCE = {
 }
 
 
+LITERATURE_STATUS = {"orl": LITERATURE_ONLY}
+
+
 def apply() -> None:
+    """Write the measured status into every shipped card (once, at import)."""
     for name, status in EVIDENCE.items():
         r = REGISTRY[name]
         REGISTRY[name] = dataclasses.replace(r, card=dataclasses.replace(r.card, status=status))
+    for name, status in LITERATURE_STATUS.items():
+        LITERATURE[name] = dataclasses.replace(LITERATURE[name], status=status)
+

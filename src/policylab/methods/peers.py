@@ -19,8 +19,6 @@ schedule), checkpointed.
 from __future__ import annotations
 
 import copy
-import hashlib
-from pathlib import Path
 
 import torch
 

@@ -47,6 +47,15 @@ import torch
 STAGE_KINDS = ("model", "source", "reward", "filter", "round", "advantage", "objective", "correction", "addend",
                "term", "grad", "poststep", "after")
 ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
+# optional backend calls a stage may declare in `Stage.needs` (every backend has the core ones:
+# rollout generate/decode/sync_weights, worker role_logprobs/values)
+CAPABILITIES = {
+    "rollout.greedy": "greedy decoding of prompts (e.g. ReMax's baseline, probes, retention answers)",
+    "worker.logprobs_at": "the current policy's log-probs of given candidate ids at every response position",
+    "worker.vocab_stats": "full-vocabulary entropy (and KL to the reference) at every response position",
+    "worker.prompt_logprobs": "a role's log-probs of the prompt tokens",
+    "worker.continuation_logprobs": "the policy's log-probability of a continuation after each reply",
+}
 
 
 from policylab.methods.param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
@@ -101,6 +110,8 @@ class Stage:
     term_mask, term_aggregation  terms: (batch, params) -> the [B, T] mask the term is
               aggregated over, and its aggregation mode (normalizer computed once per
               optimizer step over that mask)
+    needs     optional backend calls the stage makes (names from CAPABILITIES); the
+              stage's context exposes only these beyond the core calls
     """
 
     kind: str
@@ -115,6 +126,7 @@ class Stage:
     row_coupling: str = "none"
     term_mask: Callable | None = None
     term_aggregation: str | None = None
+    needs: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
@@ -123,6 +135,9 @@ class Stage:
             raise ValueError(f"row_coupling must be 'none' or 'group', got {self.row_coupling!r}")
         if not self.name:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", "stage").lstrip("_"))
+        unknown = [c for c in self.needs if c not in CAPABILITIES]
+        if unknown:
+            raise ValueError(f"stage {self.name}: unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
         if self.kind == "term" and (self.term_mask is None or self.term_aggregation is None):
             raise ValueError(f"term stage {self.name}: needs term_mask and term_aggregation")
 
@@ -234,11 +249,13 @@ class Card:
     learns: str  # which policy receives gradient
     reference: str  # the KL anchor, or "none"
     summary: str  # one line: what the method changes
-    status: str  # "kernel verified" / "trained end to end on <model>, <task>" / ...
     not_established: str  # what the kernel and our runs do not show
     unconfirmed: tuple[str, ...] = ()  # parameters/forms not verified against the paper
     confirmed: str = ""  # what was checked against the paper
     critic: str = "none"
+    # what has been measured beyond the kernel tests; for the shipped methods this comes from
+    # one place, `policylab.methods.evidence` (a registration does not set it)
+    status: str = ""
 
 
 # ----------------------------------------------------------------------------- the method

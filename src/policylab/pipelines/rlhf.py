@@ -108,7 +108,7 @@ def sft(model, tokenizer, task: ArithmeticTask, *, steps: int, batch_size: int, 
     demonstration refuses any other example): mean NLL of the reply tokens (and the final
     eos) given the chat-templated prompt. Returns {"losses": per step, "prompts": every
     prompt trained on}."""
-    from policylab.trainer.support import adamw
+    from policylab.backends.build import adamw
 
     encode = common.chat_encoder(tokenizer)
     opt = adamw([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -175,7 +175,7 @@ def train_reward_model(rm: RewardModel, tokenizer, task: ArithmeticTask, *, step
                        lr: float) -> dict:
     """Adam steps on the pairwise loss, `prompts_per_step` train prompts (K = 4 ranked
     replies, 6 pairs each) per step. Returns {"log": per step, "prompts": every prompt}."""
-    from policylab.trainer.support import adamw
+    from policylab.backends.build import adamw
 
     opt = adamw([p for p in rm.parameters() if p.requires_grad], lr=lr)
     rm.train()

@@ -23,10 +23,10 @@ class TaskSource:
     describe: str
 
 
-_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-def imported_modules(cfg: TaskConfig) -> list[tuple[str, str]]:
+def task_imports(cfg: TaskConfig) -> list[tuple[str, str]]:
     """(module, config entry) for every module the task config makes policylab import:
     `task.reward` and each `task.extra_rewards` entry of the form module:function."""
     out = []
@@ -38,35 +38,6 @@ def imported_modules(cfg: TaskConfig) -> list[tuple[str, str]]:
     return out
 
 
-def trusted_module(name: str) -> bool:
-    """Modules a run directory may name without the user's say-so: policylab's own."""
-    return name == "policylab" or name.startswith("policylab.")
-
-
-def check_imports(cfg: TaskConfig, source: str, *, allow: bool, say=None) -> list[str]:
-    """Name the modules `cfg` will import before anything is imported (through `say`).
-
-    `source` is the file the config came from. Modules outside policylab are refused
-    (UntrustedImportError: importing runs their code) unless `allow` is True, the user's
-    explicit permission (the CLI's --allow-imports). Returns the module names."""
-    from policylab.errors import UntrustedImportError
-
-    mods = imported_modules(cfg)
-    for name, where in mods:
-        if not _MODULE_RE.fullmatch(name):
-            raise ConfigError(f"{source}: {where}: {name!r} is not a module name")
-    outside = [(n, w) for n, w in mods if not trusted_module(n)]
-    if outside and not allow:
-        listed = "; ".join(f"`{n}` ({w})" for n, w in outside)
-        raise UntrustedImportError(
-            f"{source} names reward code outside policylab: {listed}; importing it runs that code. Nothing was "
-            "imported. Pass --allow-imports if you trust this run directory"
-        )
-    if mods and say is not None:
-        say(f"{source} imports: " + ", ".join(f"{n} ({w})" for n, w in mods))
-    return [n for n, _ in mods]
-
-
 def _reward_fn(name: str):
     """A built-in verifier by name, or any function given as "package.module:function"
     with the signature (responses: list[str], answers: list[str]) -> list[float]."""
@@ -76,7 +47,7 @@ def _reward_fn(name: str):
         import importlib
 
         mod, _, fn = name.partition(":")
-        if not _MODULE_RE.fullmatch(mod) or not fn.isidentifier():
+        if not MODULE_RE.fullmatch(mod) or not fn.isidentifier():
             raise ConfigError(f"reward {name!r} must look like package.module:function")
         try:
             return getattr(importlib.import_module(mod), fn)

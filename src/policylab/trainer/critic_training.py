@@ -122,7 +122,7 @@ def train_frozen_critic(cfg, out_dir: str | Path, *, prompts: int = 64, group_si
     from policylab.models.loading import load_policy
     from policylab.trainer.rollout import sampling_from
     from policylab.tasks.source import build_task
-    from policylab.trainer.support import build_engine
+    from policylab.backends.build import build_engine
 
     if prompts < 2 or group_size < 1 or not 0 < calib_fraction < 1:
         raise ValueError("train-critic needs >= 2 prompts, group_size >= 1 and calib_fraction in (0, 1)")

@@ -15,35 +15,34 @@ produced it; the version advances with every optimizer step.
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
 import torch
 
-from policylab.kernels import kl
-from policylab.trainer import memory, runtime
 from policylab import methods
-from policylab.kernels.checks import masked_mean
-from policylab.backends.local import LocalRollout, LocalWorker
+from policylab.backends import require_capabilities
+from policylab.backends.build import build_local
+from policylab.backends.update import StepHooks
 from policylab.batch import RolloutBatch
 from policylab.trainer.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from policylab.trainer.config import RunConfig
 from policylab.errors import PolicylabError
-from policylab.methods.context import SetupContext, StageContext
+from policylab.methods.context import StageContext
+from policylab.methods.diagnostics import reduce_steps, role_diagnostics, rollout_metrics
 from policylab.methods.spec import RunShape
+from policylab.methods.stages.rewards import scorer
+from policylab.trainer import memory, runtime
 from policylab.trainer.rollout import apply_changes, collect, sampling_from
-from policylab.trainer.support import (
-    adamw,
-    build_engine,
-    lr_lambda,
-    mean_dicts,
-    rollout_metrics,
-    seed_everything,
-    wrap_lora,
-    load_run_config,
-    save_config,
-)
+from policylab.trainer.support import load_run_config, save_config, seed_everything  # noqa: F401  (re-exported)
+
+
+def _local_backends(method, controllers, trainer):
+    """The in-process backends; every sampling request first checks that the step's
+    estimated memory fits (policylab.trainer.memory)."""
+    cfg = trainer.cfg
+    return build_local(method, model_name=cfg.model, train=cfg.train, rollout=cfg.rollout, shape=trainer.shape,
+                       controllers=controllers, before_generate=lambda prompts: memory.check_sampling(trainer, prompts))
 
 
 def run_shape(cfg: RunConfig) -> RunShape:
@@ -56,8 +55,9 @@ def run_shape(cfg: RunConfig) -> RunShape:
 class Trainer:
     """Build everything a run needs from a `RunConfig`, then `run()`."""
 
-    def __init__(self, cfg: RunConfig, *, console=None):
-        from policylab.models.loading import load_policy
+    def __init__(self, cfg: RunConfig, *, console=None, backends=None):
+        """`backends`: a callable (method, controllers, trainer) -> LocalBackends-like
+        bundle; default: the in-process backends of `policylab.backends.build`."""
         from policylab.tasks.source import build_task, extra_rewards
 
         self.cfg = cfg
@@ -71,43 +71,18 @@ class Trainer:
         seed_everything(cfg.seed)
         self.shape = run_shape(cfg)
         self.method = methods.get(cfg.method).with_params(cfg.method_params, self.shape)
-        t = cfg.train
-        self.device = torch.device(t.device)
-        dtype = torch.float64 if t.dtype == "fp64" else torch.float32
-        self.model, self.tokenizer = load_policy(cfg.model, dtype=dtype)
-        self.model.to(self.device).train()
-        self.model.config.use_cache = True
-        ref_model = None
-        if "logp_ref" in self.method.roles:
-            ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        if t.lora_rank > 0:
-            self.model = wrap_lora(self.model, t)
+        self.device = torch.device(cfg.train.device)
         self.controllers = self.method.state_objects(cfg.seed)
-        setup = SetupContext(p=None, run=self.shape, state=self.controllers, tokenizer=self.tokenizer)
-        for stage in self.method.active("model"):  # e.g. a reparametrization, before the optimizer exists
-            self.model = stage.fn(self.model, setup.for_stage(self.method, stage))
-        self.critic = self.critic_opt = None
-        if self.method.critic is not None:
-            from policylab.models.critic import ValueModel
-
-            self.critic = ValueModel(self.model).to(self.device)
-            self.critic_opt = adamw(self.critic.parameters(), lr=t.critic_lr)
-        engine = build_engine(self.model, self.tokenizer, cfg.rollout)
-        self.engine = engine
-        # every sampling request first checks that the step's estimated memory fits (policylab.trainer.memory)
-        self.rollout = LocalRollout(engine, same_numerics_as_trainer=not self.shape.engine_differs,
-                                    before_generate=lambda prompts: memory.check_sampling(self, prompts))
+        self.backends = (backends or _local_backends)(self.method, self.controllers, self)
+        require_capabilities(self.method, self.backends.capabilities, "these backends")
+        self.model, self.tokenizer, self.engine = self.backends.model, self.backends.tokenizer, self.backends.engine
+        self.rollout, self.worker = self.backends.rollout, self.backends.worker
+        self.optimizer, self.scheduler = self.backends.learner.optimizer, self.backends.learner.scheduler
+        self.critic, self.critic_opt = self.backends.critic, self.backends.critic_optimizer
+        self.ref_model = self.backends.ref_model
         self.task = build_task(cfg.task, seed=cfg.seed)
-        self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = adamw(params, lr=t.lr, betas=tuple(t.betas), weight_decay=t.weight_decay)
-        self.total_opt_steps = t.steps * t.epochs * t.minibatches
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(t, self.total_opt_steps))
-        self.worker = LocalWorker(self.model, self.optimizer, self.scheduler, ref_model=ref_model, critic=self.critic,
-                                  critic_optimizer=self.critic_opt, micro_batch_size=t.micro_batch_size,
-                                  dtype=t.dtype, device=self.device, grad_clip=t.grad_clip,
-                                  skip_nonfinite=t.skip_nonfinite, shared_prefix=t.shared_prefix)
-        self.ref_model = ref_model
+        self.score = scorer(self.task.reward_fn, extra_rewards(cfg.task.extra_rewards))
+        self.total_opt_steps = cfg.train.steps * cfg.train.epochs * cfg.train.minibatches
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
         self.step = 0
         self.policy_version = 0
@@ -137,24 +112,6 @@ class Trainer:
         groups = list(range(self.prompt_counter, self.prompt_counter + n))
         self.prompt_counter += n
         return groups
-
-    def score(self, texts: list[str], examples: list) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """The reward protocol: the task verifier (weight 1) plus the configured shaping
-        functions; returns (total [B], per-function values, the verifier's raw value [B]).
-        A function that raises, or returns NaN/inf, stops the step with an error naming the
-        function and the sample; a verifier that cannot score a response (None) too."""
-        from policylab.errors import NonFiniteError
-        from policylab.kernels.rewards import combine_rewards
-
-        fn = self.task.reward_fn
-        name = getattr(fn, "__name__", "verifier")
-        total, per_fn = combine_rewards([(name, fn, 1.0), *self.extra_rewards], texts, [e.answer for e in examples],
-                                        prompts=[e.prompt for e in examples])
-        gold = per_fn[name].float()
-        if bool(torch.isnan(gold).any()):
-            i = int(torch.isnan(gold).nonzero()[0])
-            raise NonFiniteError(f"the verifier `{name}` returned None for sample {i}: a verifier must score every response")
-        return total, per_fn, gold
 
     def context(self, tag: str = "") -> StageContext:
         """The trainer's services for this step, as stages see them."""
@@ -221,7 +178,7 @@ class Trainer:
         A = method.advantage.fn(batch, ctx.for_stage(method, method.advantage))
         metrics.update({f"adv/{k}": float(v) for k, v in A.info.items()
                         if isinstance(v, (int, float)) or torch.is_tensor(v) and v.dim() == 0})
-        metrics.update(self._role_diagnostics(batch))
+        metrics.update(role_diagnostics(batch))
         return batch, A, metrics
 
     # -------------------------------------------------------------------- step
@@ -253,11 +210,11 @@ class Trainer:
         metrics["value/pretraining"] = float(pretraining)
         step_metrics = []
         old_same = not self.needs_old_pass()
-        grad, post = self._hooks(ctx, "grad"), self._hooks(ctx, "poststep")
+        hooks = StepHooks(grad=self._hooks(ctx, "grad"), post=self._hooks(ctx, "poststep"))
         for _ in range(0 if pretraining else cfg.train.epochs):
             for idx in self._minibatches(batch):
                 m = self.worker.optimizer_step(method, batch.select(idx), adv[idx], old_from_same_forward=old_same,
-                                               grad_transforms=grad, post_step=post)
+                                               hooks=hooks)
                 step_metrics.append(m)
                 if not m.get("skipped_nonfinite") and not m.get("skipped_no_signal"):
                     self.policy_version += 1
@@ -269,7 +226,7 @@ class Trainer:
         for stage in method.active("after"):
             metrics.update(stage.fn(batch, self.context(batch.batch_id).for_stage(method, stage)))
         if step_metrics:
-            metrics.update(mean_dicts(step_metrics))
+            metrics.update(reduce_steps(step_metrics))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics["policy_version"] = self.policy_version
         metrics["time/train_s"] = time.perf_counter() - t1
@@ -307,19 +264,6 @@ class Trainer:
             return out
 
         return run
-
-    @staticmethod
-    def _role_diagnostics(batch: RolloutBatch) -> dict:
-        """KL to the reference and the engine mismatch on the trained batch (whatever the method)."""
-        out = {}
-        if batch.logp_ref is not None:
-            sampler = batch.logp_old if batch.logp_old is not None else batch.logp_behavior
-            out["kl/ref_k3"] = float(masked_mean(kl.k3(sampler, batch.logp_ref, mask=batch.loss_mask), batch.loss_mask))
-        if batch.logp_old is not None and batch.logp_behavior is not None:
-            dd = (batch.logp_old - batch.logp_behavior)[batch.loss_mask]
-            out["mismatch/old_vs_behavior_abs_dlogp_mean"] = float(dd.abs().mean()) if dd.numel() else 0.0
-            out["mismatch/old_vs_behavior_abs_dlogp_max"] = float(dd.abs().max()) if dd.numel() else 0.0
-        return out
 
     def _stale(self, batch: RolloutBatch, metrics: dict) -> RolloutBatch | None:
         """Async mode: train on the batch sampled `staleness` steps ago."""
@@ -370,10 +314,7 @@ class Trainer:
         self.run_state = dict(st.get("run", {}))
 
     def models(self) -> dict:
-        out = {"model": self.model}
-        if self.critic is not None:
-            out["critic"] = self.critic
-        return out
+        return self.backends.modules()
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.models(), self.state(), keep=self.cfg.log.keep_checkpoints)

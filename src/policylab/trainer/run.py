@@ -278,9 +278,9 @@ def _interrupted(trainer: Trainer, run_dir: Path) -> str:
     if last is None:
         return (f"{at}; no checkpoint was written yet, so there is nothing to resume: train again with "
                 f"--overwrite (or set log.checkpoint_every to checkpoint as the run goes)")
-    from policylab.tasks.source import imported_modules, trusted_module
+    from policylab.trainer.trust import imported_modules, trusted_module
 
-    flag = " --allow-imports" if any(not trusted_module(m) for m, _ in imported_modules(trainer.cfg.task)) else ""
+    flag = " --allow-imports" if any(not trusted_module(m) for m, _ in imported_modules(trainer.cfg)) else ""
     return f"{at}; last checkpoint: {last}; resume with `policylab resume {run_dir}{flag}`"
 
 
@@ -343,11 +343,11 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 def load_received_run(run_dir: str | Path, *, allow_imports: bool = False) -> RunConfig:
     """The config of a run directory (possibly from someone else): the modules it would
     import are named first, and any outside policylab refused unless `allow_imports`."""
-    from policylab.tasks.source import check_imports
+    from policylab.trainer.trust import check_imports
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
+    check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
     return cfg
 
 
@@ -363,9 +363,9 @@ def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allo
     cfg = load_run_config(run_dir)
     cfg.run_dir = str(run_dir)
     cfg, changes = resume_changes(cfg, overrides)  # run_dir among them: refused (resume writes where it reads)
-    from policylab.tasks.source import check_imports
+    from policylab.trainer.trust import check_imports
 
-    check_imports(cfg.task, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
+    check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
     return train(cfg, resume=True, console=console, from_checkpoint=from_checkpoint, changes=changes)
 
 

@@ -17,7 +17,6 @@ from policylab.methods.stages import geometry as geo
 from policylab.methods.stages import losses
 
 _SAMPLES = "rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights"
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
 _HOST = dict(advantage=adv.GRPO, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean", kl=(0.0, "k3", "loss"),
              min_group_size=2)
 _HOST_PARAMS = clip(0.2, 0.2) + group_std()
@@ -39,7 +38,6 @@ register(policy_gradient_method(
                   "anchor",
         summary="once per optimizer step, after accumulation: the RL gradient loses its component along the "
                 "protected (retention NLL) gradient when the two conflict, then both are summed",
-        status=_KERNEL,
         not_established="that protecting the retention likelihood preserves capabilities on this task; the paper's "
                         "setting (agents, a teacher model's distillation loss) is not reproduced: the protected "
                         "objective here is the NLL of a retention set; AdamW can still hurt the protected objective "
@@ -81,7 +79,6 @@ register(policy_gradient_method(
         reference="none by default (kl_coef 0); the frozen base weights' SVDs define what is protected",
         summary="per adapted layer: gradients of B and A projected onto the complements of W_0's top-k singular "
                 "spaces before the step, and the factors re-projected after it",
-        status=_KERNEL,
         not_established="the paper's stability, capability-retention and length results (8B/9B models); that k = 8 "
                         "suits a 135M model",
         unconfirmed=("parametrization in the forward (as the paper describes δW = α P_L L R P_R) vs re-projection "
@@ -113,7 +110,6 @@ register(policy_gradient_method(
         reference="none by default (kl_coef 0)",
         summary="targeted linear layers reparametrized by their SVD with the singular values frozen; the optimizer "
                 "steps the frames and a retraction puts them back on the Stiefel manifold after every step",
-        status=_KERNEL,
         not_established="the paper's step-efficiency claims; anything of the ISO stack beyond the fixed-spectrum "
                         "optimizer; the reparametrized forward y = ((xV)⊙σ)Uᵀ rounds differently from x·W₀ᵀ (the "
                         "initial policy equals the base model up to fp32 rounding, not bit for bit)",

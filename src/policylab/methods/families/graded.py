@@ -17,7 +17,6 @@ _ROLES = dict(
     samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
     learns="π_θ (the only differentiable policy)",
 )
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
 
 
 def _dimensions(v: str) -> str | None:
@@ -39,7 +38,6 @@ register(policy_gradient_method(
         family="advantage", **_ROLES, reference="none",
         summary="advantages from determinate pairwise relations between reward intervals (l_i > u_j); "
                 "overlapping intervals compare as 0; point intervals give Dr. GRPO",
-        status=_KERNEL,
         not_established="interval calibration (the built-in judge is a rule on numeric distance, not a calibrated "
                         "LLM judge); that sparser supervision helps",
         unconfirmed=("title, id", "magnitude of a determinate pair (the gap between facing endpoints)"),
@@ -61,7 +59,6 @@ register(policy_gradient_method(
         title="General Preference Reinforcement Learning (GPRL)", arxiv="2605.18721",
         family="advantage", **_ROLES, reference="none",
         summary="each reward dimension standardized within its group on its own scale, then a weighted sum",
-        status=_KERNEL,
         not_established="context-dependent weights w(x) (constant per dimension here); rule-based dimensions are not "
                         "preference models",
         unconfirmed=("title", "how w(x) is obtained (an input here)"),

@@ -10,8 +10,6 @@ from __future__ import annotations
 from policylab.methods.registry import register_literature
 from policylab.methods.spec import Card
 
-LITERATURE_ONLY = "literature-only: not implemented, every execution path refuses"
-
 register_literature("orl", Card(
     title="On-Policy Residual Learning for Diffusion Language Models", arxiv="",
     family="pipeline (literature-only entry)",
@@ -20,7 +18,6 @@ register_literature("orl", Card(
     reference="none recorded",
     summary="train a diffusion LM on the residual contexts its own denoising predictions induce: online collection, "
             "exact replay, entropy contraction",
-    status=LITERATURE_ONLY,
     not_established="everything: policylab trains autoregressive policies; it has no diffusion language model, no "
                     "denoising trajectory and no residual-trace collection or replay. A generic diffusion loss, an "
                     "output-smoothing step or this registry key would not implement the method",

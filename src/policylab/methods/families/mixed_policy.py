@@ -19,8 +19,6 @@ from policylab.methods.stages import advantages as adv
 from policylab.methods.stages import losses, mixed
 from policylab.methods.stages.provenance import SOURCE_METRICS
 
-_KERNEL = ("kernel verified; one trainer step on a tiny random Llama in the test suite; not yet run on "
-           "SmolLM2-135M-Instruct")
 _LEARNS = "π_θ on the deployment prompt (the only differentiable policy)"
 
 
@@ -66,7 +64,6 @@ register(policy_gradient_method(
         reference="π_ref on the prompt alone (k3 KL in the loss, as GRPO; kl_coef=0 drops it); evaluation has no hint",
         summary="sample with a privileged hint, learn without it: ratio π_θ(y|x)/μ(y|x⊕h) with GRPO advantages and "
                 "the PPO clip; an empty hint is GRPO exactly",
-        status=_KERNEL,
         not_established="that the hinted successes transfer to unhinted prompts; behavior of the clip under the large "
                         "initial mismatch between hinted and unhinted contexts",
         unconfirmed=("title and arXiv id (not found)", "clip range under a large initial mismatch (eps_low/eps_high, "
@@ -94,7 +91,6 @@ register(policy_gradient_method(
         learns=_LEARNS, reference="none (no KL in the paper's setting; kl_coef adds one)",
         summary="demonstrations mixed into the group; GRPO advantages over the mixed group; on demonstration tokens "
                 "the shaped weight π/(π+γ) replaces the ratio (no clip); native tokens keep the PPO clip",
-        status=_KERNEL,
         not_established="that shaping avoids rigid imitation at this scale; demonstrations here are solver answers, "
                         "not a stronger model's reasoning traces",
         unconfirmed=("the aggregation (token_mean over native and demonstration tokens: library decision)",
@@ -127,7 +123,6 @@ register(policy_gradient_method(
         learns=_LEARNS, reference="none by default (kl_coef > 0: π_ref as a KL anchor only, never the IS denominator)",
         summary="gold injected only into all-fail groups; ratio π_θ/q_mix with q_mix = (1 − α)·π_old + α·q_gold, α the "
                 "group's real mixture weight; the injection rate decays as native success rises",
-        status=_KERNEL,
         not_established="knowledge absorption (arithmetic answers are not a knowledge-injection corpus); that the "
                         "per-token mixture with a fixed α is the paper's exact estimator",
         unconfirmed=("title and id (not found)", "the token-level mixture form and q_gold on native tokens (1 while they "
@@ -162,7 +157,6 @@ register(policy_gradient_method(
         learns=_LEARNS, reference="none",
         summary="shrinking expert prefixes, rollback to the full expert trace on a failed continuation; native rows "
                 "take the PPO clip, guided and expert rows the unit ratio π_θ/sg(π_θ); A = r − mean_g r",
-        status=_KERNEL,
         not_established="that guided successes mean unguided reachability; expert traces here are solver-written "
                         "worked solutions",
         unconfirmed=("title and id (not found)", "whether the expert-prefix tokens of a guided trace are in the loss "
@@ -198,7 +192,6 @@ register(policy_gradient_method(
         summary="import a whole mixed-outcome peer group when the receiver group all fails; advantages inside the "
                 "imported group; sequence compatibility c = exp(mean lp_recv − mean lp_peer), rows with c below a "
                 "threshold weighted 0; receiver-side clipped ratios",
-        status=_KERNEL,
         not_established="that borrowed groups help beyond what the peer already knows; compatibility filtering does not "
                         "make the two policies the same",
         unconfirmed=("title and id (not found)", "compatibility threshold graft_min_compat", "dropped rows weighted 0 and "
@@ -229,7 +222,6 @@ register(policy_gradient_method(
         learns=_LEARNS, reference="none",
         summary="per-source normalization within each prompt group (external rows do not shift the native baseline); "
                 "the external length cap enforced before anything sees the rows",
-        status=_KERNEL,
         not_established="the paper's setting is a diffusion LM learner, which is outside this machine: here the learner "
                         "is the autoregressive policy and the external source a second autoregressive model; "
                         "per-source normalization does not remove off-policy bias",

@@ -27,7 +27,6 @@ _ENGINE_ROLES = dict(
     learns="π_θ",
     reference="none",
 )
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
 _HOST = clip(0.2, 0.2) + group_std()
 
 
@@ -53,7 +52,7 @@ def _correction(name, *, card_kw, params, corrections=(), objective=losses.PPO_C
     if samples:
         roles["samples"] = samples
     register(policy_gradient_method(
-        name, Card(family=family, status=_KERNEL, **roles, **card_kw),
+        name, Card(family=family, **roles, **card_kw),
         advantage=adv.GRPO, objective=objective, aggregation=aggregation, params=host + tuple(params),
         source=source, round_=round_, corrections=corrections, state=state, checks=checks, min_group_size=2,
         exercise=exercise,
@@ -174,7 +173,7 @@ _correction(
 def _objective(name, *, card_kw, params, objective, advantage=adv.GRPO, aggregation="token_mean",
                family="objective (trust region)", reference="none", kl_placements=("loss", "reward")):
     register(policy_gradient_method(
-        name, Card(family=family, status=_KERNEL, samples="π_old (rollout at the current weights; reused over minibatches)",
+        name, Card(family=family, samples="π_old (rollout at the current weights; reused over minibatches)",
                    learns="π_θ", reference=reference, **card_kw),
         advantage=advantage, objective=objective, aggregation=aggregation, params=tuple(params),
         kl_placements=kl_placements, min_group_size=2,

@@ -22,8 +22,6 @@ from policylab.methods.stages import losses, pipelines, rewards
 from policylab.methods.stages.provenance import DOMAIN_METRICS
 
 _UNIT = lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"  # noqa: E731
-_KERNEL = ("kernel verified; one trainer step on a tiny random Llama in the test suite; not yet run on "
-           "SmolLM2-135M-Instruct")
 
 
 register(policy_gradient_method(
@@ -40,7 +38,6 @@ register(policy_gradient_method(
                 "token plus a frozen reward model's score r_ψ(x, y) once at the last counted token; stages 1 (SFT on "
                 "demonstrations) and 2 (pairwise reward model on ranked comparisons) run in `policylab pipeline "
                 "ppo_rlhf CONFIG`",
-        status=_KERNEL,
         not_established="human preference data, reward-model quality at scale or an RLHF result: the preferences are "
                         "procedural (a known score of the reply: correct and terse beats correct and verbose beats "
                         "wrong), the RM sees a few hundred pairs of four reply templates; clipping and the reference "
@@ -88,7 +85,6 @@ register(policy_gradient_method(
                 "teacher of the prompt's domain (mopd_horizon 'token'), or its sum over the rest of the response "
                 "('sequence'), in a REINFORCE-style loss; the pipeline adds Merge (task-vector arithmetic) and Mix RL "
                 "(ordinary RL on pooled data) and reports every route per domain",
-        status=_KERNEL,
         not_established="that a student inherits each teacher's capability, or that one route is better; similar "
                         "averages do not mean per-domain equivalence (every report and log is per domain)",
         unconfirmed=("title and arXiv id (not found)",

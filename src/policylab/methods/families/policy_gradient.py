@@ -20,7 +20,6 @@ _GRPO_ROLES = dict(
     samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
     learns="π_θ (the only differentiable policy)",
 )
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
 _VALUE_CLIP = Param("value_clip", float, 0.2, "clip range ε_v of the value loss around the rollout-time values "
                     "(None: unclipped)", optional=True, check=positive)
 
@@ -33,7 +32,6 @@ register(policy_gradient_method(
         reference="π_ref (initial policy) through a per-token KL penalty in the reward (InstructGPT style)",
         critic="value head on a copy of the policy backbone, clipped value loss",
         summary="GAE advantages from a critic, clipped ratio surrogate, clipped value loss; KL to the reference folded into the per-token reward",
-        status=_KERNEL,
         not_established="critic quality; that the clip is a trust region (it bounds the step relative to π_old only, not to π_ref)",
         confirmed="GAE recursion and clipped surrogate as in the papers' equations; value clipping follows common practice (not in the PPO paper)",
     ),
@@ -53,7 +51,6 @@ register(policy_gradient_method(
         arxiv="2402.03300", family="advantage + objective", **_GRPO_ROLES,
         reference="π_ref fixed anchor, k3 KL added to the loss (β = 0.04 in the paper; set kl_coef=0 to drop the reference model)",
         summary="group-standardized outcome reward as every token's advantage; PPO clip; k3 KL in the loss; per-sequence token mean",
-        status=_KERNEL,
         not_established="reasoning gains at scale; the std convention of the paper's code (we expose unbiased/population)",
         confirmed="advantage (r − mean)/std and the k3 estimator as in the paper's eqs. for outcome supervision",
     ),
@@ -68,7 +65,6 @@ register(policy_gradient_method(
         family="advantage", **_GRPO_ROLES,
         reference="as grpo: π_ref with a k3 KL in the loss (β = 0.04; kl_coef=0 drops it)",
         summary="step rewards normalized over the group's pool; a token's advantage sums the normalized rewards of its step and every later step",
-        status="kernel verified; the trainer runs it with a rule-based line scorer (a line earns its reward when its last number is right), not a PRM",
         not_established="PRM quality; tokens after the last step get 0 (library decision)",
         unconfirmed=("advantage of tokens after the last step end",),
         confirmed="GRPO's objective (clip and k3 KL in the loss) with process-supervised advantages, as in the paper",
@@ -84,7 +80,6 @@ register(policy_gradient_method(
         title="Understanding R1-Zero-Like Training: A Critical Perspective", arxiv="2503.20783",
         family="advantage + aggregation", **_GRPO_ROLES, reference="none (KL off in the paper's main setting)",
         summary="mean-centred group rewards without std division; loss summed over tokens and divided by a constant L_norm",
-        status=_KERNEL,
         not_established="removal of length bias (toy lengths cannot show it)",
         confirmed="A = r − mean_g r and the constant normalizer as in the paper",
     ),
@@ -101,7 +96,6 @@ register(policy_gradient_method(
         title="DAPO: An Open-Source LLM Reinforcement Learning System at Scale", arxiv="2503.14476",
         family="objective + filter + shaping", **_GRPO_ROLES, reference="none (KL removed)",
         summary="clip-higher (ε_low 0.2, ε_high 0.28), dynamic sampling on raw correctness, token-mean over the batch, soft overlong penalty",
-        status=_KERNEL,
         not_established="32B-scale results; filtering costs generations and cannot help prompts never solved",
         confirmed="ε_high = 0.28, strict 0 < #correct < G filter, overlong ramp; the paper's L_max = 20480 with "
                   "L_cache = 4096 is the default relation L_cache = 0.2·L_max (L_max: the generation budget)",
@@ -123,7 +117,7 @@ register(policy_gradient_method(
         arxiv="2402.14740", family="advantage", samples="π_θ at the current weights, K ≥ 2 samples per prompt",
         learns="π_θ", reference="optional: KL-shaped sequence reward (off by default)",
         summary="leave-one-out mean of the other K−1 rewards as baseline; whole response is one action (REINFORCE)",
-        status=_KERNEL, not_established="RM quality; large-model RLHF",
+        not_established="RM quality; large-model RLHF",
         confirmed="A_i = r_i − mean of the others = K/(K−1)·(r_i − mean); REINFORCE has no ratio, so a batch is used "
                   "for exactly one update (several epochs, minibatches or staleness are refused)",
     ),
@@ -138,7 +132,7 @@ register(policy_gradient_method(
         arxiv="2310.10505", family="advantage", samples="π_θ: one sampled and one greedy response per prompt",
         learns="π_θ (sampled tokens only; greedy tokens never enter the loss)", reference="none",
         summary="reward of the greedy decode of the same prompt is the baseline",
-        status=_KERNEL, not_established="memory/latency claims",
+        not_established="memory/latency claims",
         confirmed="A = r(sample) − r(greedy) with the same reward protocol for both; REINFORCE (no ratio), so a batch "
                   "is used for exactly one update",
     ),
@@ -154,7 +148,7 @@ register(policy_gradient_method(
         arxiv="2501.03262", family="advantage", samples="π_old (one sample per prompt allowed)", learns="π_θ",
         reference="π_ref through a per-token KL folded into the return-to-go (KL in the reward; k1 by default)",
         summary="KL-shaped return-to-go, whitened over all tokens of the batch, PPO clip; no critic",
-        status=_KERNEL, not_established="robustness claims of the paper",
+        not_established="robustness claims of the paper",
         unconfirmed=("which revision/title of the paper the library cites",),
         confirmed="A_t = r − β·Σ_{u≥t} KL_u with the k1 estimator, then batch whitening; k2/k3 are offered as explicit "
                   "alternatives of the same per-token penalty",
@@ -174,7 +168,7 @@ register(policy_gradient_method(
         title="REINFORCE++ (group-baseline variant)", arxiv="2501.03262", family="advantage",
         samples="π_old, G samples per prompt", learns="π_θ", reference="none by default",
         summary="group-mean centring, then one global scale (batch std, or √EMA of the second moment)",
-        status=_KERNEL, not_established="EMA decay choices; small tests only check semantics",
+        not_established="EMA decay choices; small tests only check semantics",
         unconfirmed=("EMA decay (ema_decay, default 0.99: library decision)",),
     ),
     advantage=adv.REINFORCE_PP_BASELINE, objective=losses.PPO_CLIP, aggregation="token_mean",
@@ -203,7 +197,6 @@ register(policy_gradient_method(
         family="objective + advantage (value-based)", samples="π_old, G samples per prompt", learns="π_θ; critic V_φ",
         reference="none", critic="value head on a copy of the policy, pretrained on Monte-Carlo returns",
         summary="value pretraining, decoupled GAE (λ_critic 1, λ_policy = 1 − 1/(α·l)), clip-higher, positive-example NLL",
-        status="kernel verified; smoke only on CPU (long chains of thought are needed for its effects)",
         not_established="that a short value pretraining gives a good critic; effects need long CoT",
         unconfirmed=("λ_policy for responses shorter than 1/α (clamped to [0, 1], counted: library decision)",
                      "the number of value-pretraining steps (the paper trains until value loss and explained "
@@ -232,7 +225,7 @@ register(policy_gradient_method(
         title="Group Sequence Policy Optimization", arxiv="2507.18071", family="objective", **_GRPO_ROLES,
         reference="none",
         summary="one length-normalized (geometric-mean) ratio per response, one clip decision per sequence",
-        status=_KERNEL, not_established="MoE stability benefits (needs an MoE model)",
+        not_established="MoE stability benefits (needs an MoE model)",
         unconfirmed=("clip range: ~3e-4 / 4e-4 scale per the paper; set explicitly",),
     ),
     advantage=adv.GRPO, objective=losses.GSPO, aggregation="seq_mean_token_mean",
@@ -245,7 +238,7 @@ register(policy_gradient_method(
         title="MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", arxiv="2506.13585",
         family="objective", **_GRPO_ROLES, reference="none",
         summary="detached clipped IS weight × advantage × logp: no token ever loses its gradient",
-        status=_KERNEL, not_established="a trust region (only the weight is bounded)",
+        not_established="a trust region (only the weight is bounded)",
         unconfirmed=("ε values: the paper disables the lower bound and tunes the upper one",),
     ),
     advantage=adv.GRPO, objective=losses.CISPO, aggregation="token_mean",
@@ -258,7 +251,7 @@ register(policy_gradient_method(
         title="Klear-Reasoner: Advancing Reasoning Capability via Gradient-Preserving Clipping Policy Optimization",
         arxiv="2508.07629", family="objective", **_GRPO_ROLES, reference="none",
         summary="PPO forward values; clipped tokens keep a bounded gradient (1+ε_high or 1−ε_low)",
-        status=_KERNEL, not_established="long-CoT claims; loss logs cannot distinguish it from PPO",
+        not_established="long-CoT claims; loss logs cannot distinguish it from PPO",
     ),
     advantage=adv.GRPO, objective=losses.GPPO, aggregation="token_mean",
     params=clip(0.2, 0.28, dual=False) + group_std(), min_group_size=2,
@@ -270,7 +263,7 @@ register(policy_gradient_method(
         title="TTRL: Test-Time Reinforcement Learning", arxiv="2504.16084", family="test-time adaptation",
         samples="π_θ, N answers per unlabeled prompt", learns="π_θ (online)", reference="none",
         summary="majority-vote pseudo-label, 0/1 agreement reward, GRPO; gold only in the separate evaluator",
-        status=_KERNEL, not_established="consensus can be confidently wrong; adapted models are not fixed-model evaluations",
+        not_established="consensus can be confidently wrong; adapted models are not fixed-model evaluations",
         unconfirmed=("tie rule: tied majorities make the prompt ineligible (library decision)",),
     ),
     rewards_=(rewards.MAJORITY_VOTE,), filters=(filters.ELIGIBLE,),

@@ -31,8 +31,6 @@ _ROLES = dict(
     samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
     learns="π_θ (the only differentiable policy)",
 )
-_KERNEL = ("kernel verified; one trainer step on a tiny random Llama in the test suite; not yet run end to end on "
-           "SmolLM2-135M-Instruct")
 
 
 def _unit_open(v) -> str | None:
@@ -46,7 +44,6 @@ register(policy_gradient_method(
         family="reward (calibration)", **_ROLES, reference="none",
         summary="reward = correctness − Brier of the verbalized confidence, c − (q − c)²; strict confidence "
                 "parse, an unparseable or out-of-range confidence takes an explicit penalty",
-        status=_KERNEL,
         not_established="that a 135M model learns calibrated confidences; verbalized confidence as the model's "
                         "belief; accuracy and calibration are logged apart (calibration/*), neither implies the other",
         unconfirmed=("the handling of a missing or malformed confidence (a penalty c − invalid_confidence_penalty: "
@@ -75,7 +72,6 @@ register(policy_gradient_method(
         family="reward (calibration of output frequencies)", **_ROLES, reference="none",
         summary="r = correct + λ·log(p̃*(c_i)/f̂_g(c_i)): each reply paid for its class's share of the distance "
                 "between the group's detached class frequencies (invalid replies kept) and the target",
-        status=_KERNEL,
         not_established="matching frequencies does not make a reply correct, nor the converse; the task's "
                         "correctness is validity (a named outcome): there is no single right draw",
         unconfirmed=("title, arXiv id", "the match term (log ratio or gap)", "smoothing ε", "λ (match_coef)"),
@@ -105,7 +101,6 @@ register(policy_gradient_method(
         summary="relative length penalty only when every reply of the group is longer than L_thr and the model's "
                 "own answer posteriors (a scoring forward: the probability of the reference answer after the "
                 "reply) span less than τ",
-        status=_KERNEL,
         not_established="RL improvement from the shaping; the entropy-CDF stratified prompt mix is a kernel only "
                         "(the source samples prompts in stream order)",
         unconfirmed=("title, arXiv id", "the relative penalty form", "L_thr, τ_post, λ, eps defaults (set for "
@@ -147,7 +142,6 @@ register(policy_gradient_method(
         family="reward (execution)", **_ROLES, reference="none",
         summary="sandboxed tests gate the reward; a correct program earns 1 + w·speed, speed from the median of "
                 "repeated timings against the reference's measured runtimes, 0 inside the calibrated noise band",
-        status=_KERNEL,
         not_established="measured speed-ups of model-written code (the 135M model rarely writes a correct "
                         "function); timings come from inside the sandboxed process (see policylab.sandbox.runner)",
         unconfirmed=("title, arXiv id", "score form (percentile or log speedup)", "α, min_rel_band, speedup_cap",
@@ -206,7 +200,6 @@ register(policy_gradient_method(
                "model's hidden states; in no optimizer group, rebuilt from method_params.critic_path",
         summary="no verifier during RL: reward 1[V_ψ(y) − b(len y) ≥ τ] for finished replies (a flagged forecast for "
                 "truncated ones), GAE with the frozen V_ψ(s_t) as baseline",
-        status=_KERNEL,
         not_established="critic scores are not capability evidence; freezing prevents drift, not bias; the toy "
                         "critic of a 135M model predicts little",
         unconfirmed=("title, arXiv id", "length-bias model (a line fitted on calibration rollouts)", "τ",

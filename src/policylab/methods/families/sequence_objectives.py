@@ -21,7 +21,6 @@ _ROLES = dict(
     samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
     learns="π_θ (the only differentiable policy)",
 )
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
 
 
 def _level(v) -> str | None:
@@ -61,7 +60,6 @@ register(policy_gradient_method(
         arxiv="2605.12969", family="objective", **_ROLES, reference="none",
         summary="group InfoNCE over length-normalized sequence log-probs: each verified positive against its "
                 "group's negatives, with a margin that grows over training",
-        status=_KERNEL,
         not_established="relative separation of scores is not absolute correctness; that the margin curriculum "
                         "helps at this scale",
         unconfirmed=("temperature τ (conspo_tau = 1.0: library decision)",
@@ -94,7 +92,6 @@ register(policy_gradient_method(
                                                 "coefficients, never a separate loss",
         summary="zero-sum group coefficients mixing the centred reward and the centred exact KL drift to the "
                 "reference, in place of the advantage; no eligible group → no step",
-        status=_KERNEL,
         not_established="that this anchor improves results; the KL drift is exact per position but its mean over a "
                         "response is a library choice of aggregation",
         unconfirmed=("title/arXiv id", "the combination form c = (Δr − β·ΔK)/σ_r",
@@ -121,7 +118,6 @@ register(policy_gradient_method(
         learns=_ROLES["learns"], reference="none",
         summary="advantages of the highest-surprisal tokens of each advantage sign amplified (positive side) or "
                 "damped (negative side, two-sided variant) while the current entropy is below a target",
-        status=_KERNEL,
         not_established="surprise is not a correctness label; higher entropy is not a goal in itself; entropy "
                         "stability over thousands of steps; the target 0.3 nats was set for 7B math models, not a "
                         "135M model",
@@ -167,7 +163,6 @@ register(policy_gradient_method(
         family="objective (reweighting)", **_ROLES, reference="none",
         summary="likely (redundant) responses down-weighted by their expected count among G draws; each token "
                 "weighted by the ratio of the current to the old token-vs-rest Bernoulli variance",
-        status=_KERNEL,
         not_established="candidate-level tests do not show pass@k gains; the variance ratio is 1 on a single "
                         "on-policy update (it needs a second epoch/minibatch or staleness)",
         unconfirmed=("title/arXiv id", "every form: n̂ = G·π_old(y), w = 1/max(1, n̂), v = p(1−p)/max(p_old(1−p_old), "
@@ -194,7 +189,6 @@ register(policy_gradient_method(
         reference="frozen π_ref scores each question's likelihood; no KL on answer tokens",
         summary="each prompt's advantages scaled by a question weight from the frozen reference's length-normalized "
                 "likelihood of the question, tilted under a Query-KL penalty (mean weight 1)",
-        status=_KERNEL,
         not_established="token-level typicality under a small reference is not natural-question prevalence; that "
                         "the reweighting stabilizes training",
         unconfirmed=("arXiv id", "the weight form ω = B·softmax(τ/λ_Q) (the closed form of a Query-KL-penalized "
@@ -223,7 +217,6 @@ register(policy_gradient_method(
                                            "terms act on log(π_θ/π_ref)",
         summary="turn weights decreasing in the reference's mean log-prob of the turn; positive trajectories push "
                 "log(π_θ/π_ref) up, negative ones down with a saturating curve",
-        status=_KERNEL,
         not_established="low reference likelihood is not wrongness; no tool environment is provided (a two-turn "
                         "arithmetic dialogue stands in)",
         unconfirmed=("arXiv id", "λ = K·softmax(−c/τ) over a trajectory's turns", "ψ curves (linear / tanh(κu)/κ)",
@@ -252,7 +245,6 @@ _rlid = policy_gradient_method(
         learns="π_θ over the menu labels (softmax renormalized over the menu)", reference="none",
         summary="a policy over single-token menu labels: PPO clip on the menu-renormalized ratio, episode-length "
                 "weights, a KL(uniform ‖ label marginal) regularizer against label bias",
-        status=_KERNEL,
         not_established="no ALFWorld-level claim; the built-in menu task has one-decision episodes (every weight "
                         "L̄/L_e is 1 there); the regularizer's gradient is an unbiased estimate through the sampled "
                         "labels, not the exact gradient",

@@ -17,7 +17,6 @@ from policylab.methods.spec import Card, Param, StateSpec, non_negative, positiv
 from policylab.methods.stages import filters, losses
 from policylab.methods.stages import testtime as tt
 
-_KERNEL = "kernel verified; one trainer step on a tiny random Llama in the test suite"
 FAMILY = "test-time adaptation"
 
 
@@ -52,7 +51,6 @@ register(policy_gradient_method(
         learns="π_θ (online, on the unlabeled stream)", reference="none",
         summary="majority-agreeing replies: self-distillation (token NLL, converged tokens out); dissenting replies: "
                 "group-relative RL (confident errors out); two terms, two normalizers; no gold",
-        status=_KERNEL,
         not_established="that the split beats plain TTRL; consensus can be confidently wrong, and self-distillation "
                         "then sharpens the wrong answer; adapted models are not fixed-model evaluations",
         unconfirmed=("title and arXiv id", "the distillation form (token NLL on own tokens) and the RL form "
@@ -87,7 +85,6 @@ register(policy_gradient_method(
         learns="π_θ (online, on the unlabeled stream)", reference="none",
         summary="probe consistency rate of the top-ranked answer decides: PCR >= τ reinforces the top-ranked "
                 "candidates, PCR < τ pushes down the low-ranked ones and adds an entropy bonus (no positive target)",
-        status=_KERNEL,
         not_established="probe agreement is a hint, not correctness; the built-in probes re-ask arithmetic "
                         "sub-quantities (other tasks need their own probe generator); fixtures test the update path, "
                         "not probe quality",
@@ -130,7 +127,6 @@ register(policy_gradient_method(
         reference="none",
         summary="tune a soft prefix on a frozen model: minimize token entropy (confidence) plus λ × a divergence "
                 "between predictions under P and under seeded perturbations P + ξ_k (stability)",
-        status=_KERNEL,
         not_established="stability is not correctness; one prefix is adapted over the stream (not reset per "
                         "input); cost is (K + 1) training forwards per reply, not comparable to best-of-N counts",
         unconfirmed=("arXiv id", "Conf as negative token entropy of the sampled replies", "Instab as a sampled-token "

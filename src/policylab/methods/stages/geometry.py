@@ -53,7 +53,7 @@ def cord_project(model: nn.Module, ctx) -> dict:
     return {"cord/retention_nll": float(nll.detach()), **{f"cord/{k}": float(v) for k, v in info.items()}}
 
 
-CORD_PROJECT = Stage("grad", cord_project, kernels=(geo.cord_combine,),
+CORD_PROJECT = Stage("grad", cord_project, needs=("rollout.greedy",), kernels=(geo.cord_combine,),
                      params=("cord_mode", "cord_lambda", "cord_scope", "protect", "protected_weight"))
 
 # ----------------------------------------------------------------------------- gcpo

@@ -11,9 +11,31 @@ import math
 import torch
 
 from policylab.kernels import rewards as rw
-from policylab.errors import PolicylabError
+from policylab.errors import NonFiniteError, PolicylabError
 from policylab.methods.context import Sampled, StageContext
 from policylab.methods.spec import Stage
+
+
+def scorer(verifier_fn, shaping=()):
+    """The reward protocol a run hands its stages as `ctx.score`: the task verifier (weight
+    1) plus the configured shaping functions [(name, fn, weight), ...]. The returned
+    function maps (texts, examples) to (total [B], per-function values, the verifier's raw
+    value [B]). A function that raises, or returns NaN/inf, stops the step with an error
+    naming the function and the sample; so does a verifier that cannot score a response
+    (None)."""
+    name = getattr(verifier_fn, "__name__", "verifier")
+
+    def score(texts: list[str], examples: list):
+        total, per_fn = rw.combine_rewards([(name, verifier_fn, 1.0), *shaping], texts, [e.answer for e in examples],
+                                           prompts=[e.prompt for e in examples])
+        gold = per_fn[name].float()
+        if bool(torch.isnan(gold).any()):
+            i = int(torch.isnan(gold).nonzero()[0])
+            raise NonFiniteError(f"the verifier `{name}` returned None for sample {i}: a verifier must score every "
+                                 "response")
+        return total, per_fn, gold
+
+    return score
 
 
 def verifier(s: Sampled, ctx: StageContext):
@@ -86,7 +108,7 @@ MAJORITY_VOTE = Stage("reward", majority_vote, kernels=(rw.ttrl_rewards,),
                       writes=("rewards", "outcome.correct", "outcome.eligible", "extras.gold_correct"))
 OVERLONG = Stage("reward", overlong, kernels=(rw.overlong_penalty,), params=("overlong_max", "overlong_cache_frac"),
                  reads=("rewards",), writes=("rewards",))
-GREEDY_BASELINE = Stage("reward", greedy_baseline, writes=("greedy_rewards",))
+GREEDY_BASELINE = Stage("reward", greedy_baseline, needs=("rollout.greedy",), writes=("greedy_rewards",))
 LINE_STEPS = Stage("reward", line_steps, writes=("extras.step_rewards", "extras.step_ends", "extras.step_mask"))
 
 

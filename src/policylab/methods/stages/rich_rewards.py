@@ -108,8 +108,8 @@ def rlcpr_posterior(s: Sampled, ctx: StageContext):
     s.batch.require("rlcpr", "rewards")
     p = ctx.p
     tok = ctx.tokenizer
-    if tok is None or not hasattr(ctx.worker, "continuation_logprobs"):
-        raise PolicylabError("rlcpr needs the tokenizer and a policy worker with continuation_logprobs")
+    if tok is None:
+        raise PolicylabError("rlcpr needs the tokenizer to encode the reference answer after each reply")
     prefix = tok.encode(p.posterior_prefix, add_special_tokens=False)
     conts, scored = [], []
     for e in s.examples:
@@ -128,7 +128,7 @@ def rlcpr_posterior(s: Sampled, ctx: StageContext):
     return {"rewards": shaped, "extras": {"answer_posterior": post.float(), "length_gate": gate}}, out
 
 
-RLCPR_POSTERIOR = Stage("reward", rlcpr_posterior, kernels=(lg.answer_posteriors, lg.rlcpr_shaping),
+RLCPR_POSTERIOR = Stage("reward", rlcpr_posterior, needs=("worker.continuation_logprobs",), kernels=(lg.answer_posteriors, lg.rlcpr_shaping),
                         params=("posterior_prefix", "posterior_form", "length_threshold", "posterior_range",
                                 "length_coef", "length_eps"),
                         reads=("rewards", "group"), writes=("rewards", "extras.answer_posterior", "extras.length_gate"))

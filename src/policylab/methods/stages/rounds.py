@@ -91,7 +91,7 @@ KL_REWARD_PENALTY = Stage("round", kl_reward_penalty, kernels=(kl_mod.reward_pen
                           writes=("extras.kl_penalty",), active=kl_in_reward)
 SINGLE_USE = Stage("round", single_use, reads=("batch_id", "policy_version"))
 EXACT_OLD = Stage("round", exact_old_logprobs, kernels=(corr.require_exact_old,), reads=("logp_old", "logp_behavior"))
-SIS_ACCEPT = Stage("round", sis_accept, kernels=(corr.sis,), reads=("logp_current", "logp_behavior"),
+SIS_ACCEPT = Stage("round", sis_accept, needs=("worker.logprobs_at",), kernels=(corr.sis,), reads=("logp_current", "logp_behavior"),
                    writes=("extras.sis_accepted",))
 GMC_WEIGHTS = Stage("round", gmc_weights, kernels=(corr.seq_ratio_geomean, corr.gmc), params=("gmc_cap",),
                     reads=("logp_current", "logp_behavior"), writes=("extras.gmc_weight",))

@@ -295,19 +295,19 @@ def rlid_round(batch: RolloutBatch, ctx: StageContext):
 CONSPO_ROUND = Stage("round", conspo_round, kernels=(conspo_k.margin_at,),
                      params=("conspo_margin_max", "conspo_margin_ramp_steps", "verdict_threshold"),
                      reads=("outcome.correct",), writes=("extras.conspo_margin", "extras.conspo_row_scale"))
-ZCPO_DRIFT = Stage("round", zcpo_drift, kernels=(zcpo_k.full_vocab_kl,), reads=("logp_ref",),
+ZCPO_DRIFT = Stage("round", zcpo_drift, needs=("worker.vocab_stats",), kernels=(zcpo_k.full_vocab_kl,), reads=("logp_ref",),
                    writes=("extras.zcpo_kl",))
 _STARE_P = ("stare_target_entropy",)
 _STARE_W = ("extras.stare_entropy",)
-STARE_ROUND_OLD = Stage("round", stare_round_old,
+STARE_ROUND_OLD = Stage("round", stare_round_old, needs=("worker.vocab_stats",),
                         params=_STARE_P + ("surprisal_source",), reads=("logp_old",), writes=_STARE_W,
                         active=lambda p: p.surprisal_source == "logp_old")
-STARE_ROUND_BEHAVIOR = Stage("round", stare_round_behavior,
+STARE_ROUND_BEHAVIOR = Stage("round", stare_round_behavior, needs=("worker.vocab_stats",),
                              params=_STARE_P + ("surprisal_source",), reads=("logp_behavior",), writes=_STARE_W,
                              active=lambda p: p.surprisal_source == "logp_behavior")
-ERPO_ROUND = Stage("round", erpo_round, kernels=(erpo_k.question_typicality, erpo_k.question_weights),
+ERPO_ROUND = Stage("round", erpo_round, needs=("worker.prompt_logprobs",), kernels=(erpo_k.question_typicality, erpo_k.question_weights),
                    params=("qkl_coef",), reads=("logp_ref",), writes=("extras.erpo_weight",))
-RLID_ROUND = Stage("round", rlid_round, kernels=(rlid_k.marginal_coefficients, rlid_k.episode_weights),
+RLID_ROUND = Stage("round", rlid_round, needs=("worker.logprobs_at",), kernels=(rlid_k.marginal_coefficients, rlid_k.episode_weights),
                    reads=("extras.menu_ids", "extras.episode_id"),
                    writes=("extras.rlid_marginal_coef", "extras.rlid_episode_weight"))
 

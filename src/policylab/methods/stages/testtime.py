@@ -192,7 +192,7 @@ def probe_entropy_mask(batch, p) -> torch.Tensor:
     return batch.loss_mask & batch.extras["probe_low"].bool().unsqueeze(-1)
 
 
-PROBE_SCORE = Stage("reward", probe_score, kernels=(PR.rank_candidates, PB.probe_consistency, PR.probe_branch),
+PROBE_SCORE = Stage("reward", probe_score, needs=("rollout.greedy",), kernels=(PR.rank_candidates, PB.probe_consistency, PR.probe_branch),
                     params=("probe_generator", "probe_tau"), reads=("logp_behavior",),
                     writes=("rewards", "outcome.correct", "outcome.eligible", "extras.probe_rank", "extras.probe_low",
                             "extras.probe_pcr"))

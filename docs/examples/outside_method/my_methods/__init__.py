@@ -1,0 +1,1 @@
+"""An example of a policylab method that lives outside the policylab package."""
