@@ -238,7 +238,7 @@ def test_no_room_for_a_checkpoint_is_found_before_step_1(tiny_model_dir, tmp_pat
     assert not (run / "metrics.jsonl").exists()
     # nothing half-made is left in the way of the next attempt
     from policylab.trainer.config import load_config
-    from policylab.trainer.run import check_new_run_dir
+    from policylab.trainer.run_dir import check_new_run_dir
 
     assert check_new_run_dir(load_config(cfg)) == []
 

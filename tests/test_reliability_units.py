@@ -107,7 +107,7 @@ def test_config_refusals(tmp_path):
 
 def test_resume_change_policy():
     from policylab.trainer.config import RunConfig
-    from policylab.trainer.run import resume_changes
+    from policylab.trainer.resume import resume_changes
 
     cfg = RunConfig()
     new, changes = resume_changes(cfg, ["train.steps=40", "eval.n=10", "log.checkpoint_every=5", "method=grpo"])

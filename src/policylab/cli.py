@@ -57,7 +57,8 @@ def _integrations(args) -> int:
 
 def _train(args) -> int:
     from policylab.trainer.config import load_config
-    from policylab.trainer.run import print_note, train
+    from policylab.trainer.report import print_note
+    from policylab.trainer.run import train
     from policylab.trainer.trust import check_imports
 
     cfg = load_config(args.config, args.set or [])
@@ -69,7 +70,7 @@ def _train(args) -> int:
 
 def _compare(args) -> int:
     from policylab.experiments.compare import compare, load_plan
-    from policylab.trainer.run import print_note
+    from policylab.trainer.report import print_note
     from policylab.trainer.trust import check_imports
 
     plan = load_plan(args.config)
@@ -80,7 +81,7 @@ def _compare(args) -> int:
 
 
 def _resume(args) -> int:
-    from policylab.trainer.run import resume
+    from policylab.trainer.resume import resume
 
     resume(args.run_dir, args.set or [], allow_imports=args.allow_imports, from_checkpoint=args.from_checkpoint)
     return 0
@@ -98,7 +99,7 @@ def _eval(args) -> int:
     )
     from policylab.errors import ConfigError
     from policylab.errors import CheckpointError
-    from policylab.trainer.run import load_received_run
+    from policylab.trainer.resume import load_received_run
     from policylab.trainer.loop import Trainer
 
     run_dir = Path(args.run_dir)
@@ -167,7 +168,7 @@ def _eval_metrics(trainer, run_dir, ckpt, metrics, args) -> int:
 
     from policylab.eval import suite as em
     from policylab.trainer.checkpoint import load_checkpoint
-    from policylab.trainer.run import write_report, read_report
+    from policylab.trainer.report import write_report, read_report
 
     ks = tuple(trainer.cfg.eval.k)
     base = em.measure(trainer, "base", metrics)

@@ -70,7 +70,7 @@ def test_trains_two_steps_on_the_tiny_model(example_on_path, tiny_model_dir, tmp
 
 
 def test_a_received_run_naming_it_is_refused_without_the_trust_flag(example_on_path, tiny_model_dir, tmp_path):
-    from policylab.trainer.run import load_received_run
+    from policylab.trainer.resume import load_received_run
 
     run = tmp_path / "received"
     run.mkdir()

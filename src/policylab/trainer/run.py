@@ -1,10 +1,12 @@
-"""Running a training job end to end: start-up summary, base evaluation, the training
-loop with a live progress bar, checkpoints, plots, final evaluation and the report."""
+"""Running a training job end to end: the run directory checked, the trainer built (or
+restored from a checkpoint), the base evaluation, the training loop with a live progress
+bar, checkpoints, plots, the final evaluation and the report. Resuming: `trainer.resume`;
+what a run prints and writes: `trainer.report`."""
 
 from __future__ import annotations
 
-import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from policylab.trainer.checkpoint import (
@@ -17,116 +19,15 @@ from policylab.trainer.checkpoint import (
     preflight,
     verify_checkpoint,
 )
-from policylab.trainer.config import ConfigError, RunConfig
-from policylab.errors import CheckpointError, NonFiniteError, RunDirError, RunInterrupted
+from policylab.errors import CheckpointError, ConfigError, NonFiniteError, RunInterrupted
+from policylab.trainer.config import RunConfig
+from policylab.trainer.loop import Trainer
 from policylab.trainer.memory import check_eval
+from policylab.trainer.report import evaluate_and_print, make_console, print_note, print_report, read_report, summary, \
+    write_report
+from policylab.trainer.run_dir import check_new_run_dir, remove_previous
 from policylab.trainer.runlog import RunLog, write_plots
-from policylab.trainer.loop import Trainer, load_run_config, save_config
-
-
-def make_console():
-    from rich.console import Console
-
-    return Console()
-
-
-def summary(trainer: Trainer) -> str:
-    cfg, rc = trainer.cfg, trainer.method
-    n = sum(p.numel() for p in trainer.model.parameters())
-    ntrain = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    card = rc.card
-    p = rc.p
-    r, t = cfg.rollout, cfg.train
-    lines = [
-        f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {t.dtype} training)",
-        f"method     {rc.name}: {card.summary}",
-        f"samples    {card.samples}  [engine {trainer.engine.engine_name}]",
-        f"learns     {card.learns}",
-        f"reference  {card.reference}",
-        *(f"{label:<10} {text}" for label, text in (line(p) for line in rc.header)),
-        f"device     cpu, {__import__('torch').get_num_threads()} threads, allocator: {_allocator_line()}",
-        f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
-        f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
-        f"old logp   {'recomputed by the trainer' if trainer.needs_old_pass() else 'same forward (single on-policy update: ratio exactly 1)'}",
-        f"params     " + ", ".join(f"{k}={v}" for k, v in p.items()),
-        f"run dir    {cfg.run_dir}",
-    ]
-    return "\n".join(lines)
-
-
-def _allocator_line() -> str:
-    from policylab.trainer import runtime
-
-    lim = runtime.applied_limit()
-    return "system default" if lim is None else f"freed blocks <= {lim >> 20} MiB kept for reuse"
-
-
-# files and directories a run writes into its run_dir (a directory holding any of them
-# holds a previous run)
-RUN_FILES = ("config.yaml", "metrics.jsonl", "metrics.jsonl.partial", "report.json", "plots", "tensorboard",
-             "checkpoints")
-
-# keys `policylab resume --set` may change: none alters the method, the data stream or
-# the model (train.micro_batch_size and train.shared_prefix give the same update up to
-# float rounding); every other key is refused
-RESUME_CHANGEABLE = ("train.steps", "train.micro_batch_size", "train.shared_prefix", "eval.*", "log.*", "threads",
-                     "keep_freed_memory")
-
-
-def print_note(text: str) -> None:
-    """One line on stderr (stdout stays the command's output)."""
-    import sys
-
-    print(f"policylab: {text}", file=sys.stderr, flush=True)
-
-
-def check_new_run_dir(cfg: RunConfig, *, overwrite: bool = False, config_path: str | Path | None = None) -> list[str]:
-    """Refuse a run_dir a fresh run must not write into: the current directory, a file, or
-    a directory holding a previous run's files (unless `overwrite`; never the config file
-    being trained from). Returns the previous run's entries `overwrite` will remove."""
-    run_dir = Path(cfg.run_dir)
-    if not str(cfg.run_dir).strip():
-        raise RunDirError("run_dir is empty: give the run a directory of its own (--set run_dir=runs/NAME)")
-    if run_dir.resolve() == Path.cwd().resolve():
-        raise RunDirError(
-            f"run_dir {cfg.run_dir!r} is the current directory: a run writes config.yaml, metrics.jsonl, report.json, "
-            "plots/ and checkpoints/ into its run_dir; give it a directory of its own (--set run_dir=runs/NAME)"
-        )
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"run_dir {run_dir} exists and is not a directory")
-
-    def holds(name: str) -> bool:
-        p = run_dir / name
-        if p.is_dir() and not p.is_symlink():  # an empty directory holds nothing to lose
-            return any(q.is_file() or q.is_symlink() for q in p.rglob("*"))
-        return p.exists() or p.is_symlink()
-
-    found = [n for n in RUN_FILES if holds(n)]
-    if config_path is not None and (run_dir / "config.yaml").exists():
-        if Path(config_path).resolve() == (run_dir / "config.yaml").resolve():
-            raise RunDirError(
-                f"{config_path} is the config file you train from and also the config.yaml of run_dir {run_dir}: "
-                "training would overwrite it. Copy it out of the run directory (or choose another run_dir)"
-            )
-    if found and not overwrite:
-        has_ckpt = (run_dir / "checkpoints" / "LATEST").exists()
-        cont = f"use `policylab resume {run_dir}` to continue it, " if has_ckpt else ""
-        raise RunDirError(
-            f"{run_dir} already holds a run ({', '.join(found)}); {cont}choose another run_dir, or pass --overwrite "
-            "to replace it (nothing was changed)"
-        )
-    return found
-
-
-def _remove_previous(run_dir: Path, names: list[str]) -> None:
-    import shutil
-
-    for n in names:
-        p = run_dir / n
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        elif p.exists() or p.is_symlink():
-            p.unlink()
+from policylab.trainer.support import save_config
 
 
 def _instrument(trainer: Trainer) -> None:
@@ -180,91 +81,134 @@ def budget_reached(cfg: RunConfig, run_state: dict) -> str | None:
     return None
 
 
+@dataclass
+class _Start:
+    """How a run starts: fresh (with the previous run's files `--overwrite` removes) or
+    resumed from `checkpoint` (with the settings `policylab resume --set` changed)."""
+
+    resume: bool
+    checkpoint: Path | None = None
+    previous: list[str] = field(default_factory=list)
+    changes: dict = field(default_factory=dict)
+
+
 def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool = False,
-          config_path: str | Path | None = None, from_checkpoint: str | None = None,
-          changes: dict | None = None, on_step=None) -> dict:
-    """Train (or, with `resume`, continue) the run `cfg` describes, evaluate, report.
+          config_path: str | Path | None = None, on_step=None) -> dict:
+    """Train (or, with `resume`, continue from its latest checkpoint) the run `cfg`
+    describes, evaluate, report.
 
     A fresh run refuses a run_dir holding a previous run unless `overwrite` (see
-    `check_new_run_dir`). Before step 1: the run directory is checked writable with room
-    for one checkpoint, stray temporary checkpoint directories are removed. Ctrl-C raises
-    RunInterrupted, whose message names the step, the last checkpoint and how to resume.
-    The run ends after train.steps steps, or earlier when train.budget_seconds of
+    `run_dir.check_new_run_dir`). Before step 1: the run directory is checked writable with
+    room for one checkpoint, stray temporary checkpoint directories are removed. Ctrl-C
+    raises RunInterrupted, whose message names the step, the last checkpoint and how to
+    resume. The run ends after train.steps steps, or earlier when train.budget_seconds of
     training wall-clock or train.budget_tokens sampled tokens are used up (report
     "stopped_by"). `on_step(trainer, metrics)` is called after every logged step."""
-    console = console or make_console()
-    run_dir = Path(cfg.run_dir)
-    previous = [] if resume else check_new_run_dir(cfg, overwrite=overwrite, config_path=config_path)
-    ckpt = None
     if resume:
-        ckpt = checkpoint_from(run_dir, from_checkpoint) if from_checkpoint else latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise ConfigError(f"{run_dir} has no complete checkpoint to resume from")
-        try:
-            verify_checkpoint(ckpt, ("model",))
-        except CheckpointError as exc:
-            raise damaged(run_dir, ckpt, str(exc)) from None
+        return continue_run(cfg, console=console, on_step=on_step)
+    previous = check_new_run_dir(cfg, overwrite=overwrite, config_path=config_path)
+    return _run(cfg, _Start(resume=False, previous=previous), console, on_step)
+
+
+def continue_run(cfg: RunConfig, *, from_checkpoint: str | None = None, changes: dict | None = None, console=None,
+                 on_step=None) -> dict:
+    """Continue the run in cfg.run_dir from its latest checkpoint (or `from_checkpoint`, e.g.
+    "step_000004"), verified before anything else happens; `changes` are the settings a
+    resume changed, {key: (recorded, new)} (recorded in config.yaml and the report)."""
+    run_dir = Path(cfg.run_dir)
+    ckpt = checkpoint_from(run_dir, from_checkpoint) if from_checkpoint else latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise ConfigError(f"{run_dir} has no complete checkpoint to resume from")
+    try:
+        verify_checkpoint(ckpt, ("model",))
+    except CheckpointError as exc:
+        raise damaged(run_dir, ckpt, str(exc)) from None
+    return _run(cfg, _Start(resume=True, checkpoint=ckpt, changes=dict(changes or {})), console, on_step)
+
+
+def _build(cfg: RunConfig, start: _Start, console) -> Trainer:
+    """Check the run directory, build the trainer, restore the checkpoint when resuming."""
+    run_dir = Path(cfg.run_dir)
     preflight(run_dir)
     for name in clean_stray(run_dir):
         print_note(f"removed {run_dir / 'checkpoints' / name}, left by an interrupted checkpoint write")
     trainer = Trainer(cfg, console=console)
     _instrument(trainer)
-    if previous:
-        _remove_previous(run_dir, previous)
-        print_note(f"--overwrite: removed the previous run's {', '.join(previous)} from {run_dir}")
+    if start.previous:
+        remove_previous(run_dir, start.previous)
+        print_note(f"--overwrite: removed the previous run's {', '.join(start.previous)} from {run_dir}")
     optimizers = [o for o in (trainer.optimizer, trainer.critic_opt) if o is not None]
     preflight(run_dir, need_bytes=int(checkpoint_bytes(trainer.models(), optimizers) * 1.1) + (16 << 20))
-    report_path = run_dir / "report.json"
-    report = read_report(report_path) if resume else {}
-    if resume:
-        trainer.load_state(load_checkpoint(ckpt, trainer.models(), run_dir))
-        if changes:
+    if start.resume:
+        trainer.load_state(load_checkpoint(start.checkpoint, trainer.models(), run_dir))
+        if start.changes:
             save_config(cfg, run_dir)
+    return trainer
+
+
+def _open(trainer: Trainer, log: RunLog, start: _Start, console) -> None:
+    """The run's first log event (start, or resumed_from with the changes) and its header."""
+    cfg, run_dir = trainer.cfg, trainer.run_dir
+    if start.resume:
+        event = {"event": "resumed_from", "step": trainer.step, "time": time.time(), "checkpoint": start.checkpoint.name}
+        if start.changes:
+            event["changes"] = {k: [a, b] for k, (a, b) in start.changes.items()}
+            print_note("resume changes (recorded in config.yaml): "
+                       + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in start.changes.items()))
+        log.event(**event)
+        console.print(f"[bold]resumed[/] {run_dir} at step {trainer.step} ({start.checkpoint.name})")
+    else:
+        save_config(cfg, run_dir)
+        log.event(event="start", method=cfg.method, model=cfg.model, time=time.time())
+    console.print(summary(trainer))
+    if cfg.eval.n > 0 and (cfg.eval.before or cfg.eval.after or cfg.eval.every):
+        check_eval(trainer)
+
+
+def _finish(trainer: Trainer, report: dict, log: RunLog, start: _Start, resumed_at: int, console) -> None:
+    """After the last step: the final checkpoint and evaluation, the report's totals."""
+    cfg = trainer.cfg
+    # every part of the run counts: the parts up to the checkpoint resumed from + this one
+    report["train_seconds"] = trainer.run_state["train_seconds"]
+    report["train_seconds_parts"] = trainer.run_state["train_seconds_parts"]
+    trainer.save()
+    if cfg.eval.after and cfg.eval.n > 0:
+        report["trained"] = evaluate_and_print(trainer, "trained", console)
+        log.event(event="eval", at_step=trainer.step, **{f"eval/{k}": v for k, v in report["trained"].items()})
+    report.update(method=cfg.method, model=cfg.model, steps=trainer.step, policy_version=trainer.policy_version,
+                  stopped_by=budget_reached(cfg, trainer.run_state) or "steps",
+                  sampled_tokens=int(trainer.run_state.get("sampled_tokens", 0)),
+                  prompt_digests=list(trainer.run_state.get("prompt_digests", [])))
+    for key, section in trainer.method.report_sections:  # e.g. a test-time method's adaptation budgets
+        report[key] = section(trainer.shape, cfg.train.steps)
+    if start.changes:
+        report.setdefault("resume_changes", []).append(
+            {"at_step": resumed_at, **{k: [a, b] for k, (a, b) in start.changes.items()}})
+
+
+def _run(cfg: RunConfig, start: _Start, console, on_step) -> dict:
+    console = console or make_console()
+    run_dir = Path(cfg.run_dir)
+    trainer = _build(cfg, start, console)
+    report_path = run_dir / "report.json"
+    report = read_report(report_path) if start.resume else {}
     log = RunLog(run_dir, tensorboard=cfg.log.tensorboard)
     try:
         resumed_at = trainer.step
-        if resume:
-            event = {"event": "resumed_from", "step": trainer.step, "time": time.time(), "checkpoint": ckpt.name}
-            if changes:
-                event["changes"] = {k: [a, b] for k, (a, b) in changes.items()}
-                print_note("resume changes (recorded in config.yaml): "
-                      + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
-            log.event(**event)
-            console.print(f"[bold]resumed[/] {run_dir} at step {trainer.step} ({ckpt.name})")
-        else:
-            save_config(cfg, run_dir)
-            log.event(event="start", method=cfg.method, model=cfg.model, time=time.time())
-        console.print(summary(trainer))
-        if cfg.eval.n > 0 and (cfg.eval.before or cfg.eval.after or cfg.eval.every):
-            check_eval(trainer)
+        _open(trainer, log, start, console)
         if cfg.eval.before and "base" not in report and cfg.eval.n > 0:
-            report["base"] = _eval(trainer, "base", console)
+            report["base"] = evaluate_and_print(trainer, "base", console)
             log.event(event="eval", at_step=0, **{f"eval/{k}": v for k, v in report["base"].items()})
             write_report(report_path, report)
         _loop(trainer, log, console, on_step)
-        # every part of the run counts: the parts up to the checkpoint resumed from + this one
-        report["train_seconds"] = trainer.run_state["train_seconds"]
-        report["train_seconds_parts"] = trainer.run_state["train_seconds_parts"]
-        trainer.save()
-        if cfg.eval.after and cfg.eval.n > 0:
-            report["trained"] = _eval(trainer, "trained", console)
-            log.event(event="eval", at_step=trainer.step, **{f"eval/{k}": v for k, v in report["trained"].items()})
-        report.update(method=cfg.method, model=cfg.model, steps=trainer.step, policy_version=trainer.policy_version,
-                      stopped_by=budget_reached(cfg, trainer.run_state) or "steps",
-                      sampled_tokens=int(trainer.run_state.get("sampled_tokens", 0)),
-                      prompt_digests=list(trainer.run_state.get("prompt_digests", [])))
-        for key, section in trainer.method.report_sections:  # e.g. a test-time method's adaptation budgets
-            report[key] = section(trainer.shape, cfg.train.steps)
-        if changes:
-            report.setdefault("resume_changes", []).append(
-                {"at_step": resumed_at, **{k: [a, b] for k, (a, b) in changes.items()}})
+        _finish(trainer, report, log, start, resumed_at, console)
         write_report(report_path, report)
         write_plots(run_dir)
     except KeyboardInterrupt:
         raise RunInterrupted(_interrupted(trainer, run_dir)) from None
     finally:
         log.close()
-    _print_report(report, console, run_dir)
+    print_report(report, console, run_dir)
     return report
 
 
@@ -282,91 +226,6 @@ def _interrupted(trainer: Trainer, run_dir: Path) -> str:
 
     flag = " --allow-imports" if any(not trusted_module(m) for m, _ in imported_modules(trainer.cfg)) else ""
     return f"{at}; last checkpoint: {last}; resume with `policylab resume {run_dir}{flag}`"
-
-
-def read_report(path: Path) -> dict:
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
-        import warnings
-
-        from policylab.errors import PolicylabWarning
-
-        warnings.warn(f"{path} is not valid JSON (cut by a kill?); a new report is written", PolicylabWarning,
-                      stacklevel=2)
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def resume_changes(cfg: RunConfig, overrides) -> tuple[RunConfig, dict]:
-    """(the config with `overrides` applied, {key: (recorded, new)}) for `policylab resume
-    --set`. Only keys in RESUME_CHANGEABLE may differ from what the run recorded; any other
-    change (it would alter the method, the data stream or the model) is a ConfigError."""
-    import copy
-
-    from policylab.trainer.config import apply_overrides, validate
-
-    new = apply_overrides(copy.deepcopy(cfg), overrides)
-    validate(new)
-    old_flat, new_flat = _flatten(cfg.to_dict()), _flatten(new.to_dict())
-    changed = {k: (old_flat.get(k), new_flat.get(k)) for k in sorted(set(old_flat) | set(new_flat))
-               if old_flat.get(k) != new_flat.get(k)}
-
-    def allowed(key: str) -> bool:
-        return any(key == a or (a.endswith(".*") and key.startswith(a[:-1])) for a in RESUME_CHANGEABLE)
-
-    refused = [k for k in changed if not allowed(k)]
-    if refused:
-        listed = ", ".join(f"{k} ({changed[k][0]!r} -> {changed[k][1]!r})" for k in refused)
-        raise ConfigError(
-            f"resume cannot change {listed}: the run's config.yaml records another value, and changing it would "
-            f"train a different method, data stream or model than the checkpoints hold. Resume accepts changes "
-            f"to {', '.join(RESUME_CHANGEABLE)}; for anything else start a new run (`policylab train`)"
-        )
-    return new, changed
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    """{"train.steps": 20, "method_params.kl_coef": 0.0, ...} of a nested config dict."""
-    out = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def load_received_run(run_dir: str | Path, *, allow_imports: bool = False) -> RunConfig:
-    """The config of a run directory (possibly from someone else): the modules it would
-    import are named first, and any outside policylab refused unless `allow_imports`."""
-    from policylab.trainer.trust import check_imports
-
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
-    return cfg
-
-
-def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allow_imports: bool = False,
-           from_checkpoint: str | None = None) -> dict:
-    """Continue the run in `run_dir` from its latest checkpoint (or `from_checkpoint`,
-    e.g. "step_000004"). `overrides` may change only RESUME_CHANGEABLE keys; reward code
-    outside policylab needs `allow_imports` (see `load_received_run`)."""
-    from policylab.trainer.config import parse_overrides
-
-    run_dir = Path(run_dir)
-    parse_overrides(overrides)  # a malformed --set is reported before anything is read
-    cfg = load_run_config(run_dir)
-    cfg.run_dir = str(run_dir)
-    cfg, changes = resume_changes(cfg, overrides)  # run_dir among them: refused (resume writes where it reads)
-    from policylab.trainer.trust import check_imports
-
-    check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
-    return train(cfg, resume=True, console=console, from_checkpoint=from_checkpoint, changes=changes)
 
 
 def _loop(trainer: Trainer, log: RunLog, console, on_step=None) -> None:
@@ -438,46 +297,3 @@ def _diverged(trainer: Trainer, exc: Exception) -> None:
         f"stopped at: {exc}. Weights like these are never checkpointed: "
         + (f"the last checkpoint, {last}, is intact" if last else "no checkpoint was written")
     ) from None
-
-
-def _eval(trainer: Trainer, label: str, console) -> dict:
-    t0 = time.perf_counter()
-    with console.status(f"evaluating {label} model on {trainer.cfg.eval.n} held-out prompts ..."):
-        res = trainer.evaluate(label)
-    res["seconds"] = time.perf_counter() - t0
-    console.print(f"[bold]{label}[/]: accuracy {res['accuracy']:.3f} ± {res['accuracy_stderr']:.3f} "
-                  f"(n={res['n_prompts']}x{res['samples_per_prompt']}), mean length {res['mean_length']:.1f}")
-    return res
-
-
-def write_report(path: Path, report: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(path)
-
-
-def _print_report(report: dict, console, run_dir: Path) -> None:
-    from rich.table import Table
-
-    base, trained = report.get("base"), report.get("trained")
-    table = Table(title=f"policylab report: {report.get('method')} on {report.get('model')}")
-    table.add_column("held-out metric")
-    table.add_column("base", justify="right")
-    table.add_column("trained", justify="right")
-    keys = [k for k in (trained or base or {}) if k.startswith("pass@") or k in ("accuracy", "mean_length")]
-    for k in keys:
-        b = f"{base[k]:.3f}" if base and k in base else "-"
-        t = f"{trained[k]:.3f}" if trained and k in trained else "-"
-        table.add_row(k, b, t)
-    if report.get("eval_metrics"):
-        from policylab.eval.suite import summary_rows
-
-        for name, b, t in summary_rows(report["eval_metrics"]):
-            table.add_row(name, "-" if b is None else f"{b:.3f}", "-" if t is None else f"{t:.3f}")
-    console.print(table)
-    if report.get("adaptation"):
-        a = report["adaptation"]
-        console.print(f"adapted (test-time): {a['prompts']} unlabeled prompts x {a['samples_per_prompt']} samples, "
-                      f"<= {a['optimizer_steps_max']} optimizer steps")
-    console.print(f"training time {report.get('train_seconds', 0):.0f}s, {report.get('steps')} steps; "
-                  f"metrics, plots and checkpoints in {run_dir}")

@@ -28,7 +28,7 @@ def read_states(plan: Plan) -> None:
 def _read_state(r: PlannedRun) -> str | None:
     """Set `r.state` from its run directory; returns why the directory cannot be used, if so."""
     from policylab.trainer.checkpoint import latest_checkpoint
-    from policylab.trainer.run import RUN_FILES
+    from policylab.trainer.run_dir import RUN_FILES
     from policylab.trainer.support import load_run_config
 
     d = r.run_dir
