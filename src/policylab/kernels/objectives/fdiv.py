@@ -197,7 +197,7 @@ def gppo_fdiv(
 
     logp: [B, T] learner (differentiable); logp_old, mask: [B, T]; adv [B] or [B, T].
     divergence / topology: literal names; delta > 0 (**unconfirmed** pairings/defaults).
-    log_ratio_clamp: shared guard on |lp − lp_old| (see `objectives._metrics`).
+    log_ratio_clamp: shared guard on |lp − lp_old| (see `objectives.common`).
     Returns (loss [B, T], 0 where mask is False; metrics: shared `METRIC_KEYS` plus
     `gppo_fdiv/bound_lo_mean`, `gppo_fdiv/bound_hi_mean`).
     """
