@@ -22,7 +22,7 @@ can recover PPO-style dropping) is not implemented.
 
 `cispo(..., fast=False)` runs the equation as written below; `fast=True` (the default, what
 the trainer runs) runs `objectives.fast.cispo_fast`, equal in fp64 in value, gradient and
-metrics (tests/kernels/objectives/test_fast_paths.py).
+metrics (tests/kernels/objectives/test_objective_fast_paths.py).
 """
 
 from __future__ import annotations

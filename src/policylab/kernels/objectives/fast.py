@@ -14,8 +14,8 @@ about as much as the arithmetic):
 These are what the trainer runs (the `fast=True` default of both kernels). Their fp64
 equality with the plain kernels — value, gradient and every metric, with NaN/inf/huge
 values at masked positions and ratios exactly on 1 − ε_low and 1 + ε_high — is pinned by
-tests/kernels/objectives/test_fast_paths.py. Inputs are validated by the public function
-(`check_eps`, ...) before these run.
+tests/kernels/objectives/test_objective_fast_paths.py. Inputs are validated by the public
+function (`check_eps`, ...) before these run.
 """
 
 from __future__ import annotations

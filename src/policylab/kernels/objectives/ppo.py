@@ -25,7 +25,7 @@ clip is applied with a strict ρ > c (on c the gradient stays −ρA, like every
 
 `ppo_clip(..., fast=False)` runs the equation as written below; `fast=True` (the default,
 what the trainer runs) runs `objectives.fast.ppo_clip_fast`, equal in fp64 in value,
-gradient and metrics (tests/kernels/objectives/test_fast_paths.py).
+gradient and metrics (tests/kernels/objectives/test_objective_fast_paths.py).
 """
 
 from __future__ import annotations
