@@ -17,6 +17,7 @@ Paper: "Asynchronous LLM Post-Training: Group-Mass Capping and Convergence Analy
 title **unconfirmed** (no copy of the paper was checked); no arXiv id.
 Unconfirmed: the relation of C to the group size G, so `cap` is required.
 Detached: the output. Negative or NaN/inf weights raise.
+No equation number: the paper could not be checked. Deviations: none known.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ with M(k) = k on [α, β] and 0 outside (an in-band token keeps the value k, not
 Unconfirmed: the defaults α = 0.5, β = 5 (so `low`/`high` are required), whether the
 bounds are inclusive (policylab: inclusive, conventions rule 10), and the pairing with the
 earlier IcePop technical note.
+Equation number: the IcePop objective of the report (its number was not checked).
 
 Normalizer (**unconfirmed**, library default): a token zeroed by M is a weight of 0, not a
 removed token; it stays in the aggregation normalizer (conventions rule 4). The alternative

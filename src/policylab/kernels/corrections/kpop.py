@@ -24,6 +24,8 @@ all are explicit arguments. The clamp `eps` is recorded in the metrics (conventi
 
 Detached: the weight. Positions where `mask` is False get weight 0. D is floored at 0 to
 remove round-off below zero (a binary KL is >= 0 exactly).
+No equation number: a blog without numbered equations was the source. Deviations: the
+probability clamp `eps` (recorded) and the floor at 0, both numerical.
 """
 
 from __future__ import annotations

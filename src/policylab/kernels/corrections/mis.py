@@ -23,6 +23,8 @@ Demystifying RL Collapse from the Training-Inference Mismatch" (blog, 2025; no a
 variant masks or rejects, and the name "MIS"; `low`, `high`, `kind` are required.
 Library decisions: a sequence with no counted token has log R = 0 (R = 1) and weight 1
 if 1 is in the band; `log_clamp` only affects the convenience value `ratio`.
+Detached: the weights (from `logp_old` and `logp_behavior` only). No equation number: a
+blog without numbered equations was the source. Deviations: the library decisions above.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ exact envelope sup_v π(v)/μ(v) is >= 1 for any two distributions, so the floor
 moves the top-K estimate towards the true value; (3) one uniform is drawn for every [B, T]
 position (masked ones included), so the acceptance of a position does not depend on the
 mask of the others. Acceptance is decided once per update round from detached inputs.
+No equation number: the paper could not be checked. Deviations: the library decisions
+(1)–(3) above.
 """
 
 from __future__ import annotations

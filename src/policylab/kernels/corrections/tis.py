@@ -15,6 +15,7 @@ Detached: the weight (the numerator is `logp_old`, never the live `logp`, so no 
 can flow through it in any case). Positions where `mask` is False get weight 0.
 Deviation: none known. Does not correct staleness (policy ratio); that is the host's clip.
 min(k, C) is computed as exp(min(log k, log C)), which never forms an overflowing exp(log k).
+No equation number: a technical note without numbered equations was the source.
 
 `tis(..., fast=False)` runs the equation as written below; `fast=True` (the default, what
 the trainer runs) runs `corrections.fast.tis_fast` (built in place in the log-ratio's

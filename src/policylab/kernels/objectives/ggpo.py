@@ -24,6 +24,8 @@ Detached: κ, Γ, the clipped ℓr. Group ids may be arbitrary integers.
 Metrics: the shared `METRIC_KEYS` (no ratio and no clip here: clip fractions 0, ratio/* = 1)
 plus `ggpo/gap_mean` (Γ averaged over sequences), `ggpo/kappa_abs_mean`,
 `ggpo/frac_ref_ratio_clipped` (|ℓr| > c), `ggpo/ref_log_ratio_mean`.
+No equation number: the paper could not be checked. Deviations: unknown (a
+reconstruction, see above).
 """
 
 from __future__ import annotations

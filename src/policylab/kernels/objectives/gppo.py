@@ -25,6 +25,7 @@ Detached: `logp_old`, `adv`, the bound constants. Deviation: the log-ratio guard
 (`log_ratio_clamp`) on ρ; the carriers use the unclamped d, so the boundary gradients stay
 exactly (1∓ε) even for extreme log-ratios. clip_frac is 0 (GPPO zeroes no token); the
 region fractions count tokens that get a boundary gradient (high_pos, low_neg).
+Equation number: the GPPO objective of arXiv 2508.07629 (its number was not checked).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ Detached: the advantages, the clip bounds. adv is per sequence [B] only.
 Deviation: the shared log-ratio guard (`log_ratio_clamp`, default 20) on the sequence mean
 log-ratio before the exp, as in `gspo`; a sequence with no counted token gets s = 1 and
 contributes nothing. A ratio exactly on a bound is inside.
+No equation number: the paper could not be checked.
 """
 
 from __future__ import annotations

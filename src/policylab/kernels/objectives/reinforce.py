@@ -20,6 +20,9 @@ Detached: `adv`, `weight`. Loss values are weighted log-probs, not comparable wi
 surrogate values. Metrics use the shared key scheme (`objectives.common`): no clipping
 (every clip fraction is 0), `ratio/*` describe the weight w (exactly 1 without one), and
 `log_ratio_clamped` is 0.
+Equation: Williams' REINFORCE update Δθ ∝ (r − b)·∇log π (the paper's equation number was
+not checked). Deviations: none; the optional weight and the unit carrier are additions
+(the unit carrier changes the loss value, never the gradient).
 """
 
 from __future__ import annotations

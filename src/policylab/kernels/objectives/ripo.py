@@ -20,6 +20,7 @@ the learner moves, conventions rule 11), the advantages. Loss is 0 where `mask` 
 An underflowed p_old = 0 gets the bounds [0, inf] (any ratio is inside the ball's limit).
 Deviation: the shared log-ratio guard of `objectives.common` (`log_ratio_clamp`, default
 20) before the exp, as in ppo_clip; metrics use the shared key scheme (`METRIC_KEYS`).
+No equation number: the paper could not be checked.
 """
 
 from __future__ import annotations

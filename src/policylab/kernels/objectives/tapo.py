@@ -20,6 +20,7 @@ Detached: G, ε, the advantages. Loss is 0 where `mask` is False. The clip decis
 made on G (the value of w); a value exactly on a bound is inside.
 Deviation: the shared log-ratio guard (`log_ratio_clamp`, default 20) on the prefix mean
 log-ratio before the exp; hits are counted in `log_ratio_clamped`.
+No equation number: the paper could not be checked.
 """
 
 from __future__ import annotations
