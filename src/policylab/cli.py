@@ -254,6 +254,18 @@ def _train_critic(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="policylab", description="Role-explicit RL post-training for language models.")
     sub = p.add_subparsers(dest="cmd", required=True)
+    _add_run_commands(sub)
+    _add_study_commands(sub)
+    _add_pipeline_command(sub)
+    _add_tool_commands(sub)
+    from policylab.learn.cli import add_subcommands
+
+    add_subcommands(sub)  # quiz, explain, site
+    return p
+
+
+def _add_run_commands(sub) -> None:
+    """train, resume, eval, convert-checkpoint: one run."""
     t = sub.add_parser("train", help="train from a YAML config")
     t.add_argument("config")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. train.lr=1e-5")
@@ -286,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--i-trust-this-file", action="store_true",
                    help="required: converting unpickles state.pt, which runs any code it contains")
     c.set_defaults(fn=_convert)
+
+
+def _add_study_commands(sub) -> None:
+    """compare and methods."""
     cp = sub.add_parser("compare", help="run methods x seeds on one model, task and budget; write one report")
     cp.add_argument("config", help="a compare config (see policylab.experiments.compare)")
     cp.add_argument("--plan", action="store_true", help="check the config and show the runs and their state; run nothing")
@@ -294,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list methods, or show one card")
     m.add_argument("name", nargs="?")
     m.set_defaults(fn=_methods)
+
+
+def _add_pipeline_command(sub) -> None:
+    """pipeline NAME CONFIG: the names and descriptions come from the registry."""
     from policylab.pipelines import PIPELINES
 
     listed = "; ".join(f"{name}: {p.description}" for name, p in PIPELINES.items())
@@ -303,6 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. sft.steps=5")
     pl.add_argument("--overwrite", action="store_true", help="replace a previous pipeline run in run_dir")
     pl.set_defaults(fn=_pipeline)
+
+
+def _add_tool_commands(sub) -> None:
+    """train-critic and integrations."""
     k = sub.add_parser("train-critic", help="train RFPO's frozen critic on the base model's own labelled rollouts")
     k.add_argument("config", help="a run config: its model, task (train split) and rollout settings are used")
     k.add_argument("--out", required=True, help="the critic checkpoint directory (method_params.critic_path)")
@@ -317,10 +341,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check verl with this interpreter (e.g. .venv-verl/bin/python), the way its workers load it")
     i.add_argument("--method", default=None, metavar="NAME", help="also print what verl needs to run NAME")
     i.set_defaults(fn=_integrations)
-    from policylab.learn.cli import add_subcommands
-
-    add_subcommands(sub)  # quiz, explain, site
-    return p
 
 
 def _one_line(text: str) -> str:

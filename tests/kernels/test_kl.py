@@ -24,6 +24,29 @@ def test_hand_values():
     assert_close(kl.k3(lp, ref), torch.tensor([[math.exp(-1), math.e - 2]], dtype=F64), rtol=1e-15, atol=0)
 
 
+def test_estimator_table_hand_values_and_loop():
+    # d = log p − log q = [ln 2, −ln 2, 0] (samples from p):
+    # k1 = d;  k2 = ½d² = ½·0.480453 = 0.240227 (both signs);  k3 = e^(−d) − 1 + d:
+    # ln 2 -> 0.5 − 1 + 0.693147 = 0.193147;  −ln 2 -> 2 − 1 − 0.693147 = 0.306853;  0 -> 0
+    d = torch.tensor([math.log(2), -math.log(2), 0.0], dtype=F64)
+    assert torch.equal(kl.kl_estimate(d, "k1"), d)
+    half_sq = 0.5 * math.log(2) ** 2
+    assert_close(kl.kl_estimate(d, "k2"), torch.tensor([half_sq, half_sq, 0.0], dtype=F64), rtol=1e-15, atol=0)
+    assert_close(kl.kl_estimate(d, "k3"), torch.tensor([0.5 - 1 + math.log(2), 1 - math.log(2), 0.0], dtype=F64),
+                 rtol=1e-15, atol=1e-17)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(20, generator=g, dtype=F64)
+    naive = {"k1": lambda v: v, "k2": lambda v: 0.5 * v * v, "k3": lambda v: math.exp(-v) - 1 + v}
+    for name, f in naive.items():
+        want = torch.tensor([f(float(v)) for v in x], dtype=F64)
+        assert_close(kl.kl_estimate(x, name), want, rtol=1e-12, atol=1e-15)
+        # the per-token KL terms are the table at d = lp − lp_ref
+        per_token = ESTIMATORS[name](x.reshape(4, 5), torch.zeros(4, 5, dtype=F64))
+        assert torch.equal(per_token, kl.kl_estimate(x, name).reshape(4, 5))
+    with pytest.raises(ValueError, match="`estimator` must be one of"):
+        kl.kl_estimate(x, "k4")
+
+
 def test_pointwise_derivatives_and_k3_sign():
     torch.manual_seed(0)
     lp = (torch.randn(4, 5, dtype=F64) - 2).requires_grad_()

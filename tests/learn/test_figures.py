@@ -283,7 +283,7 @@ def test_svg_text_is_searchable_and_deterministic():
     assert ">policy ratio ρ = π_θ/π_old</text>" in en and ">策略比率 ρ = π_θ/π_old</text>" in zh
     assert "font-family: 'DejaVu Sans'" in en and "'Noto Sans CJK SC'" in zh  # CSS stack with CJK fallbacks
     assert 'xml:lang="zh-CN"' in zh
-    render._CACHE.clear()
+    render.clear_cache()
     assert render.svg(fig, "en") == en  # same bytes on a second draw (fixed hash salt, no date)
 
 

@@ -51,6 +51,13 @@ def float_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.view(torch.uint8).to(dtype)
 
 
+def masked(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`t` where the bool `mask` is True, exactly 0 elsewhere: the plain masking of every
+    formula kernel. A select (`torch.where`), never a product, so NaN/inf/huge values at
+    masked positions reach neither the value nor the gradient (the gradient there is 0)."""
+    return torch.where(mask, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
 def zero_outside(t: torch.Tensor, mask: torch.Tensor, mask_f: torch.Tensor | None = None, *,
                  finite: bool | None = None) -> torch.Tensor:
     """`t` where `mask` is True, 0 elsewhere (an out-of-place, differentiable masking: the

@@ -8,6 +8,10 @@ differentiable input), lp_ref = `logp_ref`, x = lp_ref − lp = log(π_ref/π_θ
     k2 = ½ (lp − lp_ref)²               E_{π_θ}[k2] ≠ KL          (biased, ≥ 0, exact to 2nd order)
     k3 = exp(x) − x − 1                 E_{π_θ}[k3] = KL          (unbiased, ≥ 0)
 
+`kl_estimate(d, name)` is the library's one table of these three formulas (in the log-ratio
+d of the sampling distribution over the other one); every KL estimate in the kernels
+(these, `reward_penalty`, the mismatch diagnostics, TASCO's stability term) goes through it.
+
 What each does as a LOSS term under autograd. Samples are drawn from π_θ and are not
 reparameterized, so backprop differentiates only the explicit lp: the expected gradient of
 a loss term k is g_k = E_{y~π_θ}[∂k/∂lp · ∇lp] (no score-function term k·∇log π_θ). The true
@@ -51,6 +55,27 @@ from policylab.errors import NonFiniteError, ShapeError
 ESTIMATORS = ("k1", "k2", "k3")
 
 
+def kl_estimate(d: torch.Tensor, estimator: str) -> torch.Tensor:
+    """The library's one table of per-sample KL estimators: KL(p ‖ q) estimated at samples
+    y ~ p from d = log p(y) − log q(y) (Schulman 2020, whose r = q/p = e^(−d)):
+
+        k1 = d                     (= −log r)             unbiased, can be < 0
+        k2 = ½ d²                  (= ½ (log r)²)         biased, ≥ 0
+        k3 = e^(−d) − 1 + d        (= (r − 1) − log r)    unbiased, ≥ 0; expm1(−d) + d
+
+    Elementwise on any shape; no masking, no detach, no overflow check (each caller owns
+    those: `k1`/`k2`/`k3` below for KL(π_θ ‖ π_ref) with d = lp − lp_ref,
+    `corrections.mismatch_stats` for the engine mismatch, `testtime.tasco` for the
+    stability term, where both sides are differentiable)."""
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return 0.5 * d ** 2
+    if estimator == "k3":
+        return torch.expm1(-d) + d
+    raise ValueError(f"`estimator` must be one of {ESTIMATORS}, got {estimator!r}")
+
+
 def _prepare(logp, logp_ref, mask, name_ref="logp_ref", name_lp="logp"):
     """Shape/finite checks; values at masked positions replaced by 0 so no NaN reaches grad."""
     check_same_shape(name_lp, logp, **{name_ref: logp_ref})
@@ -81,7 +106,7 @@ def k1(logp: torch.Tensor, logp_ref: torch.Tensor, *, mask: torch.Tensor | None 
     `logp_ref` is detached. `mask` (optional bool, True = counts): masked entries are 0.
     """
     lp, lp_ref = _prepare(logp, logp_ref, mask)
-    return _masked(lp - lp_ref, mask)
+    return _masked(kl_estimate(lp - lp_ref, "k1"), mask)
 
 
 def k2(logp: torch.Tensor, logp_ref: torch.Tensor, *, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -93,7 +118,7 @@ def k2(logp: torch.Tensor, logp_ref: torch.Tensor, *, mask: torch.Tensor | None 
     `logp_ref` is detached. `mask` (optional bool, True = counts): masked entries are 0.
     """
     lp, lp_ref = _prepare(logp, logp_ref, mask)
-    return _masked(0.5 * (lp - lp_ref) ** 2, mask)
+    return _masked(kl_estimate(lp - lp_ref, "k2"), mask)
 
 
 def k3(logp: torch.Tensor, logp_ref: torch.Tensor, *, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -102,18 +127,19 @@ def k3(logp: torch.Tensor, logp_ref: torch.Tensor, *, mask: torch.Tensor | None 
     Value: unbiased estimate of KL(π_θ‖π_ref), ≥ 0, = 0 iff lp = lp_ref. Gradient as a loss
     term: ∂k3/∂lp = 1 − exp(lp_ref − lp); its expectation under π_θ is ∇KL(π_ref‖π_θ) (the
     forward KL), not ∇KL(π_θ‖π_ref) — equal only to first order around π_θ = π_ref.
-    Computed as expm1(x) − x (x = lp_ref − lp) for accuracy near 0. No clamp: if exp(x)
-    overflows (x > ~88 in fp32) a NonFiniteError is raised instead of returning inf.
+    Computed as expm1(x) − x (x = lp_ref − lp, `kl_estimate`) for accuracy near 0. No
+    clamp: if exp(x) overflows (x > ~88 in fp32) a NonFiniteError is raised instead of
+    returning inf.
     `logp_ref` is detached. `mask` (optional bool, True = counts): masked entries are 0.
     """
     lp, lp_ref = _prepare(logp, logp_ref, mask)
-    x = lp_ref - lp
-    value = torch.expm1(x) - x
+    value = kl_estimate(lp - lp_ref, "k3")
     bad = ~torch.isfinite(value) if mask is None else (~torch.isfinite(value) & mask)
     if bool(bad.any()):
         idx = bad.nonzero()[0].tolist()
+        x = (lp_ref - lp)[tuple(idx)].item()
         raise NonFiniteError(
-            f"k3 overflowed at index {idx}: lp_ref − lp = {x[tuple(idx)].item():.4g} "
+            f"k3 overflowed at index {idx}: lp_ref − lp = {x:.4g} "
             "(the learner gives this token e^that less probability than the reference)"
         )
     return _masked(value, mask)

@@ -30,6 +30,7 @@ import torch
 from policylab.kernels import advantages as A
 from policylab.kernels import objectives as O
 from policylab.kernels.checks import check_mask, check_same_shape
+from policylab.kernels.kl import kl_estimate
 from policylab.errors import PolicylabError, ShapeError
 
 
@@ -89,14 +90,19 @@ def luffy_loss(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, ma
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     loss_off = torch.where(off_mask, -a2 * f, zero)
     loss = torch.where(off_mask, loss_off, loss_on)
-    metrics = dict(m)  # the host's clip and ratio diagnostics, over native tokens only
+    return loss, luffy_metrics(m, f, logp, off_mask)
+
+
+def luffy_metrics(host: dict, f: torch.Tensor, logp: torch.Tensor, off_mask: torch.Tensor) -> dict:
+    """The host's clip and ratio diagnostics (over native tokens only) plus, over the
+    demonstration tokens, the mean shaped weight f(π), the mean π_θ(y_t) and their count."""
+    metrics = dict(host)
     n_off = off_mask.sum()
     if bool(n_off > 0):
-        fd = f.detach()
-        metrics["luffy/shaped_weight_mean"] = fd[off_mask].mean()
+        metrics["luffy/shaped_weight_mean"] = f.detach()[off_mask].mean()
         metrics["luffy/demo_token_prob_mean"] = logp.detach().exp()[off_mask].mean()
     metrics["luffy/off_policy_tokens"] = n_off.to(logp.dtype)
-    return loss, metrics
+    return metrics
 
 
 # ----------------------------------------------------------------------------- GRIN
@@ -334,7 +340,8 @@ def mopd_advantages(logp_student: torch.Tensor, logp_teacher: torch.Tensor, mask
     for name, t in (("logp_student", logp_student), ("logp_teacher", logp_teacher)):
         if not bool(torch.isfinite(torch.where(mask, t, zero)).all()):
             raise PolicylabError(f"`{name}` is not finite at a counted position")
-    a = torch.where(mask, -(logp_student.detach() - logp_teacher.detach()), zero)
+    # d_t = k1(lp_student − lp_teacher), the per-token reverse-KL estimate (kl.kl_estimate)
+    a = torch.where(mask, -kl_estimate(logp_student.detach() - logp_teacher.detach(), "k1"), zero)
     if horizon == "sequence":
         a = torch.where(mask, a.flip(-1).cumsum(-1).flip(-1), zero)
     return a

@@ -1,15 +1,24 @@
+import functools
 import math
 
 import pytest
 import torch
 
-from policylab.kernels.corrections import ess, mismatch_stats
+from policylab.kernels.corrections import ess
+from policylab.kernels.corrections import mismatch_stats as mismatch_stats_kernel
 from policylab.errors import ShapeError
 
 F64 = torch.float64
 
 
-def test_mismatch_stats_hand_worked():
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+def mismatch_stats(request):
+    """The tests below that take this fixture run on both paths: the fast one (default,
+    what the trainer runs) and the plain equation (`fast=False`)."""
+    return functools.partial(mismatch_stats_kernel, fast=request.param)
+
+
+def test_mismatch_stats_hand_worked(mismatch_stats):
     # r = lp_a - lp_b = [ln 2, -ln 2, 0]; ratios [2, 0.5, 1]
     # k1 = mean(-r) = 0; k3 = mean(e^r - 1 - r) = [(1 - .6931) + (-.5 + .6931) + 0] / 3
     #    = (0.30685 + 0.19315) / 3 = 0.16667
@@ -28,7 +37,7 @@ def test_mismatch_stats_hand_worked():
     assert m["n_tokens"].item() == 3
 
 
-def test_mismatch_stats_matches_naive_and_empty_mask():
+def test_mismatch_stats_matches_naive_and_empty_mask(mismatch_stats):
     torch.manual_seed(30)
     a, b = -torch.rand(3, 7, dtype=F64), -torch.rand(3, 7, dtype=F64)
     mask = torch.rand(3, 7) > 0.3

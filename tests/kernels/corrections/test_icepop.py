@@ -1,12 +1,21 @@
+import functools
 import math
 
 import pytest
 import torch
 
-from policylab.kernels.corrections import icepop, icepop_normalizer_mask, tis
+from policylab.kernels.corrections import icepop as icepop_kernel
+from policylab.kernels.corrections import icepop_normalizer_mask, tis
 from policylab.errors import MissingQuantityError
 
 F64 = torch.float64
+
+
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+def icepop(request):
+    """The tests below that take this fixture run on both paths: the fast one (default,
+    what the trainer runs) and the plain equation (`fast=False`)."""
+    return functools.partial(icepop_kernel, fast=request.param)
 
 
 def naive_icepop(lp_old, lp_mu, mask, low, high):
@@ -30,7 +39,7 @@ def host_ppo(logp, logp_old, adv, eps=0.2):
     return -torch.minimum(rho * adv, rho.clamp(1 - eps, 1 + eps) * adv)
 
 
-def test_hand_worked():
+def test_hand_worked(icepop):
     # alpha = 0.5, beta = 5:
     # k = 0.3 -> 0 (TIS would keep 0.3); k = 7 -> 0 (TIS would give C = 2)
     # k = 2 -> 2 (the weight is k, not 1); k = 0.5 = alpha exactly -> kept (inclusive)
@@ -47,7 +56,7 @@ def test_hand_worked():
     torch.testing.assert_close(m["icepop/frac_masked_high"], torch.tensor(1 / 6, dtype=F64))
 
 
-def test_gradient_out_of_band_zero_in_band_weight_k():
+def test_gradient_out_of_band_zero_in_band_weight_k(icepop):
     # host PPO at rho = 1 (logp = logp_old): unclipped gradient of -rho·A is -A per token.
     # weighted: token 0 (k = 7, out of band) -> 0; token 1 (k = 2) -> -2·A = -2
     lp_old_eng, lp_mu = from_k(7.0, 2.0)
@@ -58,7 +67,7 @@ def test_gradient_out_of_band_zero_in_band_weight_k():
     torch.testing.assert_close(logp.grad, torch.tensor([[0.0, -2.0]], dtype=F64))
 
 
-def test_large_policy_ratio_never_masked_by_icepop():
+def test_large_policy_ratio_never_masked_by_icepop(icepop):
     # k = 1 and rho = e^3 ~ 20: IcePop reads only lp_old / lp_mu, so the weight is 1.
     # (A test that would catch passing the live logp as `logp_old`: then k = 20 > 5 -> 0.)
     logp_old = torch.log(torch.tensor([[0.01]], dtype=F64))
@@ -70,7 +79,7 @@ def test_large_policy_ratio_never_masked_by_icepop():
     assert w_wrong.item() == 0.0
 
 
-def test_matches_naive_loop():
+def test_matches_naive_loop(icepop):
     torch.manual_seed(2)
     lp_old = -torch.rand(5, 9, dtype=F64) * 3
     lp_mu = -torch.rand(5, 9, dtype=F64) * 3
@@ -79,7 +88,7 @@ def test_matches_naive_loop():
     torch.testing.assert_close(w, naive_icepop(lp_old, lp_mu, mask, 0.4, 3.0))
 
 
-def test_masked_tokens_stay_in_normalizer_by_default():
+def test_masked_tokens_stay_in_normalizer_by_default(icepop):
     lp_old, lp_mu = from_k(7.0, 2.0)
     mask = torch.tensor([[True, True]])
     w, _ = icepop(lp_old, lp_mu, mask, low=0.5, high=5.0)
@@ -88,7 +97,7 @@ def test_masked_tokens_stay_in_normalizer_by_default():
     assert int(icepop_normalizer_mask(w, mask, masked_in_normalizer=False).sum()) == 1
 
 
-def test_huge_ratio_is_masked_without_nan():
+def test_huge_ratio_is_masked_without_nan(icepop):
     lp_old = torch.tensor([[0.0, -1.0]], dtype=torch.float32)
     lp_mu = torch.tensor([[-200.0, -1.0]], dtype=torch.float32)  # k = e^200 = inf in fp32
     w, m = icepop(lp_old, lp_mu, torch.ones(1, 2, dtype=torch.bool), low=0.5, high=5.0)
@@ -97,12 +106,12 @@ def test_huge_ratio_is_masked_without_nan():
 
 
 @pytest.mark.parametrize("low,high", [(2.0, 2.0), (3.0, 1.0), (-0.1, 2.0)])
-def test_refuses_bad_band(low, high):
+def test_refuses_bad_band(icepop, low, high):
     lp_old, lp_mu = from_k(1.0)
     with pytest.raises(ValueError, match="low"):
         icepop(lp_old, lp_mu, torch.ones(1, 1, dtype=torch.bool), low=low, high=high)
 
 
-def test_refuses_missing_role():
+def test_refuses_missing_role(icepop):
     with pytest.raises(MissingQuantityError, match="logp_behavior"):
         icepop(torch.zeros(1, 1), None, torch.ones(1, 1, dtype=torch.bool), low=0.5, high=5)

@@ -1,5 +1,6 @@
 """cispo: METHODS invariants (vs PPO), no lower bound, detach, loop reference, bad inputs."""
 
+import functools
 import math
 
 import pytest
@@ -7,9 +8,17 @@ import torch
 from torch.testing import assert_close
 
 from policylab.errors import NonFiniteError, ShapeError
-from policylab.kernels.objectives import METRIC_KEYS, cispo, ppo_clip
+from policylab.kernels.objectives import METRIC_KEYS, ppo_clip
+from policylab.kernels.objectives import cispo as cispo_kernel
 
 F64 = torch.float64
+
+
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+def cispo(request):
+    """Every test below runs on both paths: the fast one (default, what the trainer runs)
+    and the plain equation (`fast=False`)."""
+    return functools.partial(cispo_kernel, fast=request.param)
 
 
 def tokens(rhos, advs, lp_old=-1.0):
@@ -55,7 +64,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("a, rho, eps_low, c_ppo, c_cispo", CASES)
-def test_gradient_coefficients_vs_ppo(a, rho, eps_low, c_ppo, c_cispo):
+def test_gradient_coefficients_vs_ppo(cispo, a, rho, eps_low, c_ppo, c_cispo):
     lp, old, adv, mask = tokens([rho], [a])
     loss, _ = cispo(lp, old, adv, mask, eps_low=eps_low, eps_high=0.28)
     assert_close(grad_of(loss, lp), torch.tensor([[-c_cispo * a]], dtype=F64), rtol=1e-12, atol=0)
@@ -63,7 +72,7 @@ def test_gradient_coefficients_vs_ppo(a, rho, eps_low, c_ppo, c_cispo):
     assert_close(grad_of(ppo_loss, lp), torch.tensor([[-c_ppo * a]], dtype=F64), rtol=1e-12, atol=0)
 
 
-def test_loss_value_is_a_weighted_log_prob():
+def test_loss_value_is_a_weighted_log_prob(cispo):
     # METHODS #5: lp = lp_old = −2, A = 1: ρ = 1, w = 1, ℓ = −1·1·(−2) = 2.0, while the PPO
     # surrogate loss is −ρA = −1.0. Values are not comparable.
     lp, old, adv, mask = tokens([1.0], [1.0], lp_old=-2.0)
@@ -72,7 +81,7 @@ def test_loss_value_is_a_weighted_log_prob():
     assert ppo_clip(lp, old, adv, mask, eps_low=0.2, eps_high=0.28)[0].item() == pytest.approx(-1.0)
 
 
-def test_no_autograd_path_through_the_ratio():
+def test_no_autograd_path_through_the_ratio(cispo):
     # METHODS #4: the gradient is exactly −w·A with w computed from detached numbers, and
     # logp_old (even if it requires grad) receives nothing.
     torch.manual_seed(0)
@@ -88,7 +97,7 @@ def test_no_autograd_path_through_the_ratio():
 
 
 @pytest.mark.parametrize("eps_low", [0.2, None])
-def test_matches_loop_reference(eps_low):
+def test_matches_loop_reference(cispo, eps_low):
     torch.manual_seed(1)
     B, T = 4, 6
     old = torch.randn(B, T, dtype=F64) - 2
@@ -103,7 +112,7 @@ def test_matches_loop_reference(eps_low):
     assert_close(grad_of(loss, lp), grad_of(ref, lp), rtol=1e-12, atol=1e-14)
 
 
-def test_no_lower_bound_equals_eps_low_at_least_one():
+def test_no_lower_bound_equals_eps_low_at_least_one(cispo):
     torch.manual_seed(2)
     old = torch.randn(2, 5, dtype=F64) - 2
     lp = (old + torch.randn(2, 5, dtype=F64)).requires_grad_()
@@ -114,7 +123,7 @@ def test_no_lower_bound_equals_eps_low_at_least_one():
     assert ma["clip_frac/low_pos"].item() == 0 and ma["clip_frac/low_neg"].item() == 0
 
 
-def test_metrics_never_report_zeroed_tokens():
+def test_metrics_never_report_zeroed_tokens(cispo):
     # (A, ρ): (+1, 1.5) high_pos, (−1, 1.5) high_neg, (+1, 0.5) low_pos, (−1, 0.5) low_neg
     lp, old, adv, mask = tokens([1.5, 1.5, 0.5, 0.5], [1.0, -1.0, 1.0, -1.0])
     _, m = cispo(lp, old, adv, mask, eps_low=0.2, eps_high=0.28)
@@ -125,7 +134,7 @@ def test_metrics_never_report_zeroed_tokens():
     assert m["ratio/max"].item() == pytest.approx(1.5)  # the raw ratio, not the capped weight
 
 
-def test_extreme_log_ratios_stay_finite():
+def test_extreme_log_ratios_stay_finite(cispo):
     old = torch.tensor([[-230.0, -30.0]])
     lp = torch.tensor([[-30.0, -230.0]], requires_grad=True)  # d = +200, −200
     loss, m = cispo(lp, old, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool),
@@ -144,7 +153,7 @@ def test_extreme_log_ratios_stay_finite():
     (dict(eps_high=None), ValueError, "eps_high"),
     (dict(eps_high=-1.0), ValueError, "eps_high"),
 ])
-def test_bad_inputs(change, err, match):
+def test_bad_inputs(cispo, change, err, match):
     kwargs = dict(logp=torch.zeros(2, 3), logp_old=torch.zeros(2, 3), adv=torch.ones(2),
                   mask=torch.ones(2, 3, dtype=torch.bool), eps_low=None, eps_high=0.28)
     kwargs.update(change)
@@ -152,7 +161,7 @@ def test_bad_inputs(change, err, match):
         cispo(**kwargs)
 
 
-def test_empty_mask_contributes_exactly_zero():
+def test_empty_mask_contributes_exactly_zero(cispo):
     # a micro-batch whose sequences are all masked out: loss all 0 (finite, grad 0), metrics
     # finite counts 0, ratio/min|max = +inf|−inf (identities of min/max), no NaN anywhere.
     lp = torch.tensor([[-1.0, float("nan")]], requires_grad=True)

@@ -1,5 +1,6 @@
 """ppo_clip: hand cases, loop reference, gradient regions, metrics, guard and bad inputs."""
 
+import functools
 import math
 
 import pytest
@@ -7,9 +8,17 @@ import torch
 from torch.testing import assert_close
 
 from policylab.errors import NonFiniteError, ShapeError
-from policylab.kernels.objectives import METRIC_KEYS, ppo_clip
+from policylab.kernels.objectives import METRIC_KEYS
+from policylab.kernels.objectives import ppo_clip as ppo_clip_kernel
 
 F64 = torch.float64
+
+
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+def ppo_clip(request):
+    """Every test below runs on both paths: the fast one (default, what the trainer runs)
+    and the plain equation (`fast=False`)."""
+    return functools.partial(ppo_clip_kernel, fast=request.param)
 EPS = dict(eps_low=0.2, eps_high=0.28)
 
 
@@ -59,7 +68,7 @@ REGIONS = [
 
 
 @pytest.mark.parametrize("a, rho, coef", REGIONS)
-def test_gradient_regions(a, rho, coef):
+def test_gradient_regions(ppo_clip, a, rho, coef):
     lp, old, adv, mask = tokens([rho], [a])
     loss, _ = ppo_clip(lp, old, adv, mask, **EPS)
     assert_close(grad_of(loss, lp), torch.tensor([[-coef * a]], dtype=F64), rtol=1e-12, atol=0)
@@ -70,7 +79,7 @@ def test_gradient_regions(a, rho, coef):
     (-1.0, 2.0, 2.0),   # 1.28 < ρ < c: still the unclipped branch, c = ρ = 2
     (+1.0, 4.0, 0.0),   # dual clip is for A < 0 only; A>0 above 1.28 is clipped anyway
 ])
-def test_dual_clip_regions(a, rho, coef):
+def test_dual_clip_regions(ppo_clip, a, rho, coef):
     lp, old, adv, mask = tokens([rho], [a])
     loss, m = ppo_clip(lp, old, adv, mask, **EPS, dual_clip=3.0)
     assert_close(grad_of(loss, lp), torch.tensor([[-coef * a]], dtype=F64), rtol=1e-12, atol=0)
@@ -79,7 +88,7 @@ def test_dual_clip_regions(a, rho, coef):
         assert m["dual_clip_frac"].item() == 1.0 and m["clip_frac"].item() == 1.0
 
 
-def test_hand_values():
+def test_hand_values(ppo_clip):
     # A=+1, ρ=1.5: −min(1.5, 1.28) = −1.28 ; A=−1, ρ=0.5: −min(−0.5, −0.8) = 0.8
     # A=+1, ρ=0.5: −min(0.5, 0.8) = −0.5   ; A=−1, ρ=1.5: −min(−1.5, −1.28) = 1.5
     lp, old, adv, mask = tokens([1.5, 0.5, 0.5, 1.5], [1.0, -1.0, 1.0, -1.0])
@@ -87,7 +96,7 @@ def test_hand_values():
     assert_close(loss, torch.tensor([[-1.28, 0.8, -0.5, 1.5]], dtype=F64), rtol=1e-12, atol=1e-15)
 
 
-def test_dapo_clip_higher_invariant():
+def test_dapo_clip_higher_invariant(ppo_clip):
     # METHODS dapo #2: A>0, ρ=1.25 still has gradient (1.25 < 1.28), ρ=1.30 has none;
     # the lower side still cuts at 0.8 for A<0: ρ=0.79 none, ρ=0.81 gradient 0.81.
     lp, old, adv, mask = tokens([1.25, 1.30, 0.79, 0.81], [1.0, 1.0, -1.0, -1.0])
@@ -96,7 +105,7 @@ def test_dapo_clip_higher_invariant():
     assert_close(grad_of(loss, lp), expected, rtol=1e-12, atol=0)
 
 
-def test_first_minibatch_is_vanilla_policy_gradient():
+def test_first_minibatch_is_vanilla_policy_gradient(ppo_clip):
     # METHODS ppo #5: lp = lp_old -> ρ = 1 everywhere, loss = −A, ∂ℓ/∂lp = −A
     torch.manual_seed(0)
     old = torch.randn(3, 5, dtype=F64) - 2
@@ -112,7 +121,7 @@ def test_first_minibatch_is_vanilla_policy_gradient():
 
 @pytest.mark.parametrize("adv_shape", ["seq", "tok"])
 @pytest.mark.parametrize("dual_clip", [None, 3.0])
-def test_matches_loop_reference(adv_shape, dual_clip):
+def test_matches_loop_reference(ppo_clip, adv_shape, dual_clip):
     torch.manual_seed(1)
     B, T = 6, 8
     old = torch.randn(B, T, dtype=F64) - 2
@@ -131,7 +140,7 @@ def test_matches_loop_reference(adv_shape, dual_clip):
     assert_close(grad_of(loss, lp), grad_of(ref, lp), rtol=1e-12, atol=1e-14)
 
 
-def test_metrics_hand_case():
+def test_metrics_hand_case(ppo_clip):
     # valid tokens (A, ρ): (+1,1.5) high_pos | (+1,0.5) low_pos | (−1,0.5) low_neg |
     # (−1,1.5) high_neg | (+1,1.0) inside | (−1,4.0) high_neg and dual (c=3);
     # a masked (+1,1.5) must not count. n = 6.
@@ -153,7 +162,7 @@ def test_metrics_hand_case():
     assert all(v.dim() == 0 and not v.requires_grad for v in m.values())
 
 
-def test_extreme_log_ratios_stay_finite():
+def test_extreme_log_ratios_stay_finite(ppo_clip):
     # log-ratios ±200 would give exp(200) = inf in fp32; the guard clamps at ±20.
     old = torch.tensor([[-230.0, -30.0, -230.0, -30.0]])
     lp = torch.tensor([[-30.0, -230.0, -30.0, -230.0]]).requires_grad_()  # d = +200, −200, ...
@@ -170,7 +179,7 @@ def test_extreme_log_ratios_stay_finite():
     assert g[0, 0].item() == 0.0 and g[0, 2].item() == 0.0
 
 
-def test_nan_in_padding_does_not_leak():
+def test_nan_in_padding_does_not_leak(ppo_clip):
     lp = torch.tensor([[-1.0, float("nan")]], dtype=F64, requires_grad=True)
     old = torch.tensor([[-1.0, float("inf")]], dtype=F64)
     adv = torch.tensor([[1.0, float("nan")]], dtype=F64)
@@ -182,7 +191,7 @@ def test_nan_in_padding_does_not_leak():
     assert all(torch.isfinite(v) for v in m.values())
 
 
-def test_dtype_follows_input():
+def test_dtype_follows_input(ppo_clip):
     lp = torch.zeros(2, 3, dtype=torch.float32, requires_grad=True)
     loss, m = ppo_clip(lp, torch.zeros(2, 3), torch.ones(2), torch.ones(2, 3, dtype=torch.bool), **EPS)
     assert loss.dtype == torch.float32 and m["ratio/mean"].dtype == torch.float32
@@ -210,7 +219,7 @@ def _ok_inputs():
     (dict(log_ratio_clamp=0.0), ValueError, "log_ratio_clamp"),
     (dict(log_ratio_clamp=100.0), ValueError, "overflows"),  # exp(100) > fp32 max
 ])
-def test_bad_inputs(change, err, match):
+def test_bad_inputs(ppo_clip, change, err, match):
     logp, logp_old, adv, mask = _ok_inputs()
     kwargs = dict(logp=logp, logp_old=logp_old, adv=adv, mask=mask, **EPS)
     kwargs.update(change)
@@ -218,7 +227,7 @@ def test_bad_inputs(change, err, match):
         ppo_clip(**kwargs)
 
 
-def test_fp16_needs_a_smaller_guard():
+def test_fp16_needs_a_smaller_guard(ppo_clip):
     lp = torch.zeros(1, 2, dtype=torch.float16)
     mask = torch.ones(1, 2, dtype=torch.bool)
     with pytest.raises(ValueError, match="overflows torch.float16"):
@@ -227,7 +236,7 @@ def test_fp16_needs_a_smaller_guard():
     assert loss.dtype == torch.float16
 
 
-def test_empty_mask_contributes_exactly_zero():
+def test_empty_mask_contributes_exactly_zero(ppo_clip):
     # a micro-batch whose sequences are all masked out: loss all 0 (finite, grad 0), metrics
     # finite counts 0, ratio/min|max = +inf|−inf (identities of min/max), no NaN anywhere.
     lp = torch.tensor([[-1.0, float("nan")]], requires_grad=True)

@@ -12,7 +12,7 @@ from torch.testing import assert_close
 
 from policylab.errors import NonFiniteError
 from policylab.kernels.objectives import cispo, ppo_clip
-from policylab.kernels.objectives.common import band_counts, row_flag_count
+from policylab.kernels.objectives.fast import band_counts, row_flag_count
 
 F64 = torch.float64
 

@@ -183,5 +183,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ShapeError, match="`rl_mask` must be \\[B, T\\]"):
         ttpo_advantages(torch.ones(4), torch.zeros(4, dtype=torch.long), torch.ones(3, 2, dtype=torch.bool),
                         std="unbiased", eps=0.0, rl_coef=1.0)
-    with pytest.raises(PolicylabError, match="`coef` must be a number >= 0"):
+    with pytest.raises(PolicylabError, match="`coef` must be a finite number >= 0"):
         self_distill_nll(lp, mask, coef=-1.0)
+    with pytest.raises(PolicylabError, match="`coef` must be a finite number >= 0"):
+        self_distill_nll(lp, mask, coef=float("inf"))

@@ -6,7 +6,10 @@ group mass, rejection sampling). Each multiplies a host per-token loss; none agg
 
 Using one in place of the other is a bug; every function names which one it reads.
 Every function returns (result, metrics) with metrics as detached 0-dim tensors keyed
-"<method>/<name>".
+"<method>/<name>". Each public function writes its weight's equation and computes its
+diagnostics in a separate `<name>_metrics` function; `icepop`, `tis` and `mismatch_stats`
+also have a fast path (`corrections.fast`: in place, fewer [B, T] buffers), taken by
+default (`fast=True`); `fast=False` runs the plain equation; both are equal in fp64.
 """
 
 from policylab.kernels.corrections.diagnostics import ess, mismatch_stats

@@ -1,4 +1,7 @@
-"""Input checks and small tensor helpers shared by the correction kernels (private).
+"""Input checks and small tensor helpers shared by the correction kernels: role checks,
+the masked log-ratio, metric scalars and fractions, and the pieces of the mismatch
+statistics and the ESS that the plain kernels and their fast paths (`corrections.fast`)
+share.
 
 Every public correction validates its inputs with `check_roles` first: a missing role
 raises MissingQuantityError naming the method and the role (never zero-filled, never
@@ -99,25 +102,47 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, like: torch.Tensor, *,
     return scalar(_masked_mean(x, mask, zero_outside=zero_outside), like)
 
 
-def band_sides(x: torch.Tensor, low: float, high: float, mask: torch.Tensor | None = None, *,
-               out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Where a detached `x` [B, T] lies against the band [low, high] (bounds inclusive):
-    (side [B, T] = +1 above, −1 below, 0 inside or where the bool `mask` is False; number above;
-    number below). No bool [B, T] mask and at most one [B, T] allocation (none with a
-    fitting `out` buffer): sign(x − clip(x)), two sums (side² = |side| for values in
-    {−1, 0, 1})."""
-    if x.dtype not in (torch.float32, torch.float64):
-        x = x.float()  # counts in a half-precision sum would be inexact past 256
-    fits = out is not None and out.dtype == x.dtype and out.shape == x.shape
-    side = torch.clamp(x, low, high, out=out) if fits else x.clamp(low, high)
-    torch.sub(x, side, out=side).sign_()
-    if mask is not None:
-        zero_outside_(side, mask)
-    flat = side.view(-1)
-    net = flat.sum()  # above − below
-    both = torch.dot(flat, flat)  # above + below
-    return side, (both + net) * 0.5, (both - net) * 0.5
-
-
 def prefixed(prefix: str, metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
+
+
+STAT_KEYS = ("kl_k1", "kl_k3", "abs_dlogp_mean", "abs_dlogp_max", "frac_far",
+             "ratio_min", "ratio_mean", "ratio_max", "log_ratio_min", "log_ratio_max", "n_tokens")
+
+
+def stats_dict(k1, k3, abs_mean, frac_far, ratio_mean_minus_1, lo, hi, n: int, like) -> dict[str, torch.Tensor]:
+    """The `STAT_KEYS` dict from the float64 means, the log-ratio's min / max and n."""
+    return {
+        "kl_k1": scalar(k1, like),
+        "kl_k3": scalar(k3, like),
+        "abs_dlogp_mean": scalar(abs_mean, like),
+        "abs_dlogp_max": scalar(torch.maximum(hi.abs(), lo.abs()), like),
+        "frac_far": scalar(frac_far, like),
+        "ratio_min": scalar(torch.exp(lo), like),
+        "ratio_mean": scalar(1.0 + ratio_mean_minus_1, like),
+        "ratio_max": scalar(torch.exp(hi), like),
+        "log_ratio_min": scalar(lo, like),
+        "log_ratio_max": scalar(hi, like),
+        "n_tokens": scalar(float(n), like),
+    }
+
+
+def masked_min_max(r: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(min, max) of r over the counted entries, as float64 0-dim tensors, for r that is 0
+    outside the mask. The plain min/max is right unless it is that padding 0: a min < 0 or
+    a max > 0 is attained by a counted entry; only an exact 0 needs the masked pass."""
+    lo, hi = torch.aminmax(r)
+    if n < r.numel() and (float(lo) == 0.0 or float(hi) == 0.0):
+        lo = torch.where(mask, r, torch.full((), math.inf, dtype=r.dtype)).min()
+        hi = torch.where(mask, r, torch.full((), -math.inf, dtype=r.dtype)).max()
+    return lo.to(torch.float64), hi.to(torch.float64)
+
+
+def ess_from_sums(total: torch.Tensor, weights: torch.Tensor, n: int) -> torch.Tensor:
+    """Normalized ESS (Σw)² / (n·Σw²) from Σw (already computed by the caller) and weights
+    that are >= 0, finite and 0 outside the mask, with n counted entries; Σw² as a squared
+    2-norm (no overflow)."""
+    sq = torch.linalg.vector_norm(weights.detach(), 2).to(torch.float64) ** 2
+    if n == 0 or float(sq) == 0.0:
+        return scalar(0.0, weights)
+    return scalar(total.to(torch.float64) ** 2 / (n * sq), weights)

@@ -17,6 +17,7 @@ Paper: "Asynchronous LLM Post-Training: Group-Mass Capping and Convergence Analy
 title **unconfirmed** (no copy of the paper was checked); no arXiv id.
 Unconfirmed: the relation of C to the group size G, so `cap` is required.
 Detached: the output. Negative or NaN/inf weights raise.
+No equation number: the paper could not be checked. Deviations: none known.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ import torch
 
 from policylab.kernels.checks import check_finite, group_index
 from policylab.errors import ShapeError
-from policylab.kernels.corrections.common import check_positive, prefixed, scalar
-from policylab.kernels.corrections.diagnostics import ess_from_sums
+from policylab.kernels.corrections.common import check_positive, ess_from_sums, prefixed, scalar
 
 
 def gmc(
@@ -53,10 +53,16 @@ def gmc(
         raise ValueError(f"`weights` must be >= 0; got min {float(w_lo)}")
     cap = check_positive("cap", cap)
     dense, n_groups = group_index(group, weights.shape[0])
-    mass = torch.zeros(n_groups, dtype=w.dtype, device=w.device).index_add_(0, dense, w)
-    # κ = C / S where S > C, else 1 (an empty-mass group: C / 0 = inf -> 1)
+    mass = torch.zeros(n_groups, dtype=w.dtype, device=w.device).index_add_(0, dense, w)  # S_g
+    # κ_g = C / S_g where S_g > C, else 1 (an empty-mass group: C / 0 = inf -> 1)
     kappa = (cap / mass).clamp_(max=1.0)
-    capped = torch.index_select(kappa, 0, dense) * w
+    capped = torch.index_select(kappa, 0, dense) * w  # w̃_i = sg(κ_g·w_i)
+    return capped, gmc_metrics(w, capped, mass, dense, n_groups, cap=cap, w_lo=w_lo, w_hi=w_hi)
+
+
+def gmc_metrics(w, capped, mass, dense, n_groups: int, *, cap: float, w_lo, w_hi) -> dict[str, torch.Tensor]:
+    """Metrics "gmc/<name>": fraction of groups rescaled, the largest group mass before and
+    after, the input weights' min / mean / max, and the ESS before and after."""
     capped_mass = torch.zeros_like(mass).index_add_(0, dense, capped)
     metrics = {
         "frac_groups_capped": scalar(torch.count_nonzero(mass > cap).to(torch.float64) / max(n_groups, 1), w),
@@ -65,13 +71,13 @@ def gmc(
         "weight_min": scalar(w_lo, w),
         "weight_mean": scalar(w.mean() if w.numel() else 0.0, w),
         "weight_max": scalar(w_hi, w),
-        "ess_before": _ess(w),  # checked above: finite, >= 0
-        "ess_after": _ess(capped),
+        "ess_before": all_counted_ess(w),  # checked above: finite, >= 0
+        "ess_after": all_counted_ess(capped),
     }
-    return capped, prefixed("gmc", metrics)
+    return prefixed("gmc", metrics)
 
 
-def _ess(w: torch.Tensor) -> torch.Tensor:
+def all_counted_ess(w: torch.Tensor) -> torch.Tensor:
     """Normalized ESS of finite weights >= 0 [B] (every entry counts), in float64."""
     x = w.to(torch.float64)
     return scalar(ess_from_sums(x.sum(), x, x.numel()), w)

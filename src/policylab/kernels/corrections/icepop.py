@@ -12,6 +12,7 @@ with M(k) = k on [α, β] and 0 outside (an in-band token keeps the value k, not
 Unconfirmed: the defaults α = 0.5, β = 5 (so `low`/`high` are required), whether the
 bounds are inclusive (policylab: inclusive, conventions rule 10), and the pairing with the
 earlier IcePop technical note.
+Equation number: the IcePop objective of the report (its number was not checked).
 
 Normalizer (**unconfirmed**, library default): a token zeroed by M is a weight of 0, not a
 removed token; it stays in the aggregation normalizer (conventions rule 4). The alternative
@@ -19,45 +20,29 @@ removed token; it stays in the aggregation normalizer (conventions rule 4). The 
 masked_in_normalizer=False)`, which the trainer must then use for every reduction.
 
 Detached: the weight. Positions where `mask` is False get weight 0. IcePop never reads
-the live `logp`: a token with k = 1 is kept whatever its policy ratio ρ.
+the live `logp`: a token with k = 1 is kept whatever its policy ratio ρ. Deviations: none
+in the weight; a k that overflows to inf is outside every finite band (weight 0, no NaN).
+
+`icepop(..., fast=False)` runs the equation as written below; `fast=True` (the default,
+what the trainer runs) runs `corrections.fast.icepop_fast` (the weights built in place,
+the band counted from sign sums), equal in fp64 (tests/kernels/corrections/
+test_correction_fast_paths.py).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from policylab.kernels.checks import zero_outside_
 from policylab.kernels.corrections.common import (
-    band_sides,
     check_band,
     check_roles,
+    ess_from_sums,
     fraction,
     masked_log_ratio,
     prefixed,
 )
-from policylab.kernels.corrections.diagnostics import ess_from_sums, log_ratio_stats
-
-
-def band_weight(log_k: torch.Tensor, mask: torch.Tensor, low: float, high: float, *,
-                out: torch.Tensor | None = None, scratch: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(M(k) [B, T] with k = exp(log k), 0 outside the band and where the mask is False;
-    number of counted tokens above the band; number below) from a masked log engine ratio
-    (private helper shared with online_icepop; bounds already validated). The weights are
-    written into `out` and the band sides into `scratch` when given (buffers shaped like
-    log_k that the caller gives up, e.g. log_k itself for `scratch`)."""
-    # k, with log k capped just above log(high): every k above the band stays above it and
-    # finite (an inf would turn the product below into NaN); values in or below the band
-    # are untouched
-    cap = math.log(high) + 1.0 if math.isfinite(high) else math.inf
-    w = torch.clamp(log_k, max=cap, out=out).exp_() if out is not None else log_k.clamp(max=cap).exp_()
-    # side: +1 above the band, −1 below, 0 inside and at masked positions
-    side, n_high, n_low = band_sides(w, low, high, mask, out=scratch)
-    # M(k) = k inside the band, 0 outside: k · (1 − |side|) · mask
-    zero_outside_(w.mul_(side.abs_().neg_().add_(1.0)), mask)
-    return w, n_high, n_low
+from policylab.kernels.corrections.diagnostics import log_ratio_stats
+from policylab.kernels.corrections.fast import icepop_fast
 
 
 def icepop(
@@ -67,31 +52,42 @@ def icepop(
     *,
     low: float,
     high: float,
+    fast: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IcePop weights M(exp(logp_old - logp_behavior)) with the band [low, high] inclusive.
 
-    logp_old, logp_behavior, mask: [B, T]; 0 <= low < high (**unconfirmed** defaults, so
-    required). Returns (weights [B, T] detached; metrics: fraction masked below / above /
-    total among counted tokens, ESS of the weights, raw ratio statistics).
+    M(k) = k if low <= k <= high, else 0 (arXiv 2510.18855, the IcePop objective, equation
+    number not checked; module doc). logp_old, logp_behavior, mask: [B, T]; 0 <= low < high (**unconfirmed**
+    defaults, so required). fast: the in-place variant (default) or the plain equation.
+    Returns (weights [B, T] detached, 0 where mask is False; `icepop_metrics`).
     """
     finite = check_roles("icepop", mask, logp_old=logp_old, logp_behavior=logp_behavior)
     low, high = check_band(low, high)
+    if fast:
+        return icepop_fast(logp_old, logp_behavior, mask, low=low, high=high, finite=finite)
+    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask)  # 0 at masked positions
+    k = torch.exp(log_k)  # engine ratio k = π_old / μ (same weights θ_old)
+    in_band = (k >= low) & (k <= high) & mask  # α <= k <= β, both inclusive
+    weight = torch.where(in_band, k, torch.zeros((), dtype=k.dtype, device=k.device))  # M(k), detached
+    return weight, icepop_metrics(log_k, k, weight, mask, low=low, high=high)
+
+
+def icepop_metrics(log_k, k, weight, mask, *, low: float, high: float) -> dict[str, torch.Tensor]:
+    """Metrics "icepop/<name>": the fractions of counted tokens masked below / above / in
+    total, the weights' mean and ESS, the raw engine-ratio statistics (`mismatch_stats`)."""
     n = int(torch.count_nonzero(mask))
-    log_k = masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask, finite=finite)
-    w = torch.empty_like(log_k)  # the statistics' temporary, then the weights
-    stats = log_ratio_stats(log_k, mask, log_k, n=n, scratch=w)
-    w, n_high, n_low = band_weight(log_k, mask, low, high, out=w, scratch=log_k)
-    del log_k  # its buffer held the band sides
-    total = w.sum()
+    n_low = torch.count_nonzero((k < low) & mask)
+    n_high = torch.count_nonzero((k > high) & mask)
+    total = weight.sum()
     metrics = {
-        "frac_masked": fraction(n_low + n_high, n, w),
-        "frac_masked_low": fraction(n_low, n, w),
-        "frac_masked_high": fraction(n_high, n, w),
-        "weight_mean": fraction(total, n, w),
-        "ess": ess_from_sums(total, w, n),
-        **stats,
+        "frac_masked": fraction(n_low + n_high, n, weight),
+        "frac_masked_low": fraction(n_low, n, weight),
+        "frac_masked_high": fraction(n_high, n, weight),
+        "weight_mean": fraction(total, n, weight),
+        "ess": ess_from_sums(total, weight, n),
+        **log_ratio_stats(log_k, mask, log_k, n=n, fast=False),
     }
-    return w, prefixed("icepop", metrics)
+    return prefixed("icepop", metrics)
 
 
 def icepop_normalizer_mask(

@@ -24,6 +24,8 @@ all are explicit arguments. The clamp `eps` is recorded in the metrics (conventi
 
 Detached: the weight. Positions where `mask` is False get weight 0. D is floored at 0 to
 remove round-off below zero (a binary KL is >= 0 exactly).
+No equation number: a blog without numbered equations was the source. Deviations: the
+probability clamp `eps` (recorded) and the floor at 0, both numerical.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Literal
 
 import torch
 
+from policylab.kernels.checks import masked
 from policylab.kernels.corrections.common import (
     check_positive,
     check_roles,
@@ -43,7 +46,7 @@ from policylab.kernels.corrections.common import (
 from policylab.kernels.corrections.diagnostics import ess, mismatch_stats
 
 
-def _clamped_probs(logp: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clamped_probs(logp: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(p, 1 - p) from log p, each clamped to [eps, 1 - eps]; 1 - p via expm1 for accuracy."""
     p = torch.exp(logp).clamp(eps, 1 - eps)
     q = (-torch.expm1(logp)).clamp(eps, 1 - eps)
@@ -68,7 +71,7 @@ def kpop(
     eps: float = 1e-6,
     in_region_weight: Literal["ratio", "one"],
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """KPop weights (see module doc).
+    """KPop weights w = sg(1[D_f <= δ and D_r <= δ] · k) (or · 1), see the module doc.
 
     logp_old, logp_behavior, mask: [B, T]. delta > 0 (**unconfirmed**); eps in (0, 0.5)
     is the probability clamp (**unconfirmed**, recorded as metric `kpop/eps`);
@@ -83,31 +86,39 @@ def kpop(
         raise ValueError(f"`eps` must be in (0, 0.5), got {eps}")
     if in_region_weight not in ("ratio", "one"):
         raise ValueError(f"`in_region_weight` must be 'ratio' or 'one', got {in_region_weight!r}")
-    zero = torch.zeros((), dtype=logp_old.dtype, device=logp_old.device)
-    lp_tr = torch.where(mask, logp_old.detach(), zero).to(torch.float64)
-    lp_sv = torch.where(mask, logp_behavior.detach(), zero).to(torch.float64)
-    p_tr, q_tr = _clamped_probs(lp_tr, eps)
-    p_sv, q_sv = _clamped_probs(lp_sv, eps)
-    d_f = binary_kl(p_tr, q_tr, p_sv, q_sv)
-    d_r = binary_kl(p_sv, q_sv, p_tr, q_tr)
-    keep = (d_f <= delta) & (d_r <= delta) & mask
+    lp_tr = masked(logp_old.detach(), mask).to(torch.float64)
+    lp_sv = masked(logp_behavior.detach(), mask).to(torch.float64)
+    p_tr, q_tr = clamped_probs(lp_tr, eps)  # training engine at θ_old
+    p_sv, q_sv = clamped_probs(lp_sv, eps)  # serving engine at θ_old
+    d_f = binary_kl(p_tr, q_tr, p_sv, q_sv)  # KL(train || serve)
+    d_r = binary_kl(p_sv, q_sv, p_tr, q_tr)  # KL(serve || train)
+    keep = (d_f <= delta) & (d_r <= delta) & mask  # both directions, inclusive
     if in_region_weight == "ratio":
-        inside = torch.exp(masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask))
+        inside = torch.exp(masked_log_ratio(logp_old.detach(), logp_behavior.detach(), mask))  # k
     else:
         inside = torch.ones_like(logp_old, dtype=logp_old.dtype).detach()
-    w = torch.where(keep, inside, torch.zeros_like(inside))
+    weight = torch.where(keep, inside, torch.zeros_like(inside))  # detached
+    return weight, kpop_metrics(d_f, d_r, keep, weight, mask, delta=delta, eps=eps,
+                                logp_old=logp_old, logp_behavior=logp_behavior)
+
+
+def kpop_metrics(d_f, d_r, keep, weight, mask, *, delta: float, eps: float, logp_old,
+                 logp_behavior) -> dict[str, torch.Tensor]:
+    """Metrics "kpop/<name>": fractions masked overall / by the forward KL / by the reverse
+    KL, the two KLs' means and maxima over counted tokens, the clamp `eps`, the weights'
+    ESS and the raw engine-ratio statistics (`mismatch_stats`)."""
     d_f_c, d_r_c = d_f[mask], d_r[mask]
     any_tok = bool(mask.any())
     metrics = {
-        "frac_masked": masked_fraction(~keep, mask, w),
-        "frac_masked_forward": masked_fraction(d_f > delta, mask, w),
-        "frac_masked_reverse": masked_fraction(d_r > delta, mask, w),
-        "kl_forward_mean": scalar(d_f_c.mean() if any_tok else 0.0, w),
-        "kl_forward_max": scalar(d_f_c.max() if any_tok else 0.0, w),
-        "kl_reverse_mean": scalar(d_r_c.mean() if any_tok else 0.0, w),
-        "kl_reverse_max": scalar(d_r_c.max() if any_tok else 0.0, w),
-        "eps": scalar(eps, w),
-        "ess": ess(w, mask),
+        "frac_masked": masked_fraction(~keep, mask, weight),
+        "frac_masked_forward": masked_fraction(d_f > delta, mask, weight),
+        "frac_masked_reverse": masked_fraction(d_r > delta, mask, weight),
+        "kl_forward_mean": scalar(d_f_c.mean() if any_tok else 0.0, weight),
+        "kl_forward_max": scalar(d_f_c.max() if any_tok else 0.0, weight),
+        "kl_reverse_mean": scalar(d_r_c.mean() if any_tok else 0.0, weight),
+        "kl_reverse_max": scalar(d_r_c.max() if any_tok else 0.0, weight),
+        "eps": scalar(eps, weight),
+        "ess": ess(weight, mask),
         **mismatch_stats(logp_old, logp_behavior, mask),
     }
-    return w, prefixed("kpop", metrics)
+    return prefixed("kpop", metrics)

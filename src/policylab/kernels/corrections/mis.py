@@ -23,6 +23,8 @@ Demystifying RL Collapse from the Training-Inference Mismatch" (blog, 2025; no a
 variant masks or rejects, and the name "MIS"; `low`, `high`, `kind` are required.
 Library decisions: a sequence with no counted token has log R = 0 (R = 1) and weight 1
 if 1 is in the band; `log_clamp` only affects the convenience value `ratio`.
+Detached: the weights (from `logp_old` and `logp_behavior` only). No equation number: a
+blog without numbered equations was the source. Deviations: the library decisions above.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def seq_log_ratio_sum(log_num: torch.Tensor, log_den: torch.Tensor, mask: torch.
     return d.sum(-1)
 
 
-def _guarded(log_r64: torch.Tensor, like: torch.Tensor, log_clamp: float) -> SeqRatio:
+def guarded_ratio(log_r64: torch.Tensor, like: torch.Tensor, log_clamp: float) -> SeqRatio:
     clamped = log_r64.abs() > log_clamp
     value = torch.exp(log_r64.clamp(-log_clamp, log_clamp))
     return SeqRatio(log_r64.to(like.dtype), value.to(like.dtype), clamped)
@@ -71,7 +73,7 @@ def seq_ratio_product(
 ) -> SeqRatio:
     """Sequence likelihood ratio Π_t (num/den), as log Σ_t m·(log_num - log_den) [B]."""
     log_clamp = check_positive("log_clamp", log_clamp)
-    return _guarded(seq_log_ratio_sum(log_num, log_den, mask), log_num, log_clamp)
+    return guarded_ratio(seq_log_ratio_sum(log_num, log_den, mask), log_num, log_clamp)
 
 
 def seq_ratio_geomean(
@@ -82,7 +84,7 @@ def seq_ratio_geomean(
     log_clamp = check_positive("log_clamp", log_clamp)
     n = mask.sum(-1).to(torch.float64)
     log_r = seq_log_ratio_sum(log_num, log_den, mask) / n.clamp_min(1)
-    return _guarded(log_r, log_num, log_clamp)
+    return guarded_ratio(log_r, log_num, log_clamp)
 
 
 def mis(
@@ -110,28 +112,34 @@ def mis(
         raise ValueError(f"`mode` must be 'mask' or 'truncate', got {mode!r}")
     log_clamp = check_positive("log_clamp", log_clamp)
     # decisions on the float64 log value (no round trip through the input dtype)
-    log_r = seq_log_ratio_sum(logp_old.detach(), logp_behavior.detach(), mask)
+    log_r = seq_log_ratio_sum(logp_old.detach(), logp_behavior.detach(), mask)  # log R_i = Σ_t m·d_t
     if kind == "geomean":
-        log_r = log_r / mask.sum(-1).to(torch.float64).clamp_min(1)
-    sr = _guarded(log_r, logp_old, log_clamp)
-    log_low = math.log(low) if low > 0 else -math.inf
-    log_high = math.log(high)
-    below, above = log_r < log_low, log_r > log_high
-    # in-band values are within [low, high], so exp cannot overflow there
-    inside = torch.exp(log_r.clamp(max=log_high))
-    masked = below | above if mode == "mask" else below  # truncate: above -> exp(log high)
-    w = torch.where(masked, torch.zeros_like(inside), inside)
-    w = w.to(logp_old.dtype)
-    like = w
+        log_r = log_r / mask.sum(-1).to(torch.float64).clamp_min(1)  # Σ_t m·d_t / |y_i|
+    below = log_r < (math.log(low) if low > 0 else -math.inf)  # R_i < low
+    above = log_r > math.log(high)  # R_i > high
+    dropped = below | above if mode == "mask" else below  # truncate: above -> min(R, high) = high
+    kept = torch.exp(log_r.clamp(max=math.log(high)))  # min(R_i, high); never overflows
+    weight = torch.where(dropped, torch.zeros_like(kept), kept).to(logp_old.dtype)  # detached
+    return weight, mis_metrics(log_r, weight, dropped, above, below, logp_old, logp_behavior, mask,
+                               log_clamp=log_clamp)
+
+
+def mis_metrics(log_r, weight, dropped, above, below, logp_old, logp_behavior, mask, *,
+                log_clamp: float) -> dict[str, torch.Tensor]:
+    """Metrics "mis/<name>": fractions of sequences masked / above / below the band, the
+    sequence log-ratio's min / mean / max, the fraction whose plain value `exp(log R)` hit
+    the guard, the weights' ESS, and the token-level engine-ratio statistics ("token_")."""
+    sr = guarded_ratio(log_r, logp_old, log_clamp)
+    like = weight
     metrics = {
-        "frac_masked": scalar(masked.to(torch.float64).mean(), like),
+        "frac_masked": scalar(dropped.to(torch.float64).mean(), like),
         "frac_above": scalar(above.to(torch.float64).mean(), like),
         "frac_below": scalar(below.to(torch.float64).mean(), like),
         "log_ratio_min": scalar(log_r.min(), like),
         "log_ratio_mean": scalar(log_r.mean(), like),
         "log_ratio_max": scalar(log_r.max(), like),
         "frac_guard_clamped": scalar(sr.clamped.to(torch.float64).mean(), like),
-        "ess": ess(w),
+        "ess": ess(weight),
         **{f"token_{k}": v for k, v in mismatch_stats(logp_old, logp_behavior, mask).items()},
     }
-    return w, prefixed("mis", metrics)
+    return prefixed("mis", metrics)

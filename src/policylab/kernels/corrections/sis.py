@@ -19,6 +19,8 @@ exact envelope sup_v π(v)/μ(v) is >= 1 for any two distributions, so the floor
 moves the top-K estimate towards the true value; (3) one uniform is drawn for every [B, T]
 position (masked ones included), so the acceptance of a position does not depend on the
 mask of the others. Acceptance is decided once per update round from detached inputs.
+No equation number: the paper could not be checked. Deviations: the library decisions
+(1)–(3) above.
 """
 
 from __future__ import annotations
@@ -78,23 +80,32 @@ def sis(
     if not isinstance(generator, torch.Generator):
         raise TypeError("`generator` must be a seeded torch.Generator (randomness is owned)")
     f64 = torch.float64
-    log_q_y = masked_log_ratio(logp.detach(), logp_behavior_token.detach(), mask).to(f64)
+    log_q_y = masked_log_ratio(logp.detach(), logp_behavior_token.detach(), mask).to(f64)  # log π(y)/μ(y)
     m3 = mask.unsqueeze(-1).expand_as(behavior_topk_logp)
     log_q_topk = masked_log_ratio(current_topk_logp.detach().to(f64),
-                                  behavior_topk_logp.detach().to(f64), m3)
-    log_env = torch.maximum(log_q_topk.max(-1).values, log_q_y).clamp_min(0.0)  # log M_t
-    accept_prob = torch.exp(log_q_y - log_env)  # <= 1 because y_t is in the set
+                                  behavior_topk_logp.detach().to(f64), m3)  # log π(v)/μ(v), v in TopK_μ
+    log_sup = torch.maximum(log_q_topk.max(-1).values, log_q_y)  # max over S_t = TopK_μ ∪ {y_t}
+    log_env = log_sup.clamp_min(0.0)  # log M_t, M_t = max(1, ·)
+    accept_prob = torch.exp(log_q_y - log_env)  # π(y)/(M_t·μ(y)) <= 1 because y_t is in S_t
     u = torch.rand(mask.shape, generator=generator, dtype=f64, device=generator.device)
     accepted = (u < accept_prob) & mask
-    in_topk = (behavior_topk_ids == tokens.unsqueeze(-1)).any(-1)
+    return accepted, sis_metrics(accepted, accept_prob, log_env, log_sup, behavior_topk_ids, tokens,
+                                 logp, logp_behavior_token, mask)
+
+
+def sis_metrics(accepted, accept_prob, log_env, log_sup, topk_ids, tokens, logp, logp_behavior_token,
+                mask) -> dict[str, torch.Tensor]:
+    """Metrics "sis/<name>": acceptance rate and mean probability, mean log envelope,
+    fraction of sampled tokens outside the behavior top-K, fraction of floored envelopes,
+    and the π/μ ratio statistics of the sampled tokens (`mismatch_stats`)."""
+    in_topk = (topk_ids == tokens.unsqueeze(-1)).any(-1)
     like = logp
     metrics = {
         "accept_rate": masked_fraction(accepted, mask, like),
         "accept_prob_mean": masked_mean(accept_prob, mask, like),
         "log_envelope_mean": masked_mean(log_env, mask, like),
         "frac_sampled_outside_topk": masked_fraction(~in_topk, mask, like),
-        "frac_envelope_floored": masked_fraction(
-            torch.maximum(log_q_topk.max(-1).values, log_q_y) < 0, mask, like),
+        "frac_envelope_floored": masked_fraction(log_sup < 0, mask, like),
         **mismatch_stats(logp, logp_behavior_token, mask),
     }
-    return accepted, prefixed("sis", metrics)
+    return prefixed("sis", metrics)

@@ -2,7 +2,12 @@
 
 Every objective returns `(loss [B, T], metrics)`: loss is exactly 0 at masked positions,
 metrics are detached 0-dim tensors with the keys `METRIC_KEYS` (explained in
-`objectives._metrics`). Reduce the loss with `policylab.kernels.aggregate.aggregate`.
+`objectives.common`). Reduce the loss with `policylab.kernels.aggregate.aggregate`.
+
+Each public function writes its paper's equation (ratio, clip/min form, mask, detached
+weight) and computes its diagnostics in a separate `<name>_metrics` function. PPO and
+CISPO also have a fast path (`objectives.fast`: in place, per-row clamps), taken by default
+(`fast=True`); `fast=False` runs the plain equation; both are equal in fp64.
 
     ppo_clip    token PPO clip (+ DAPO clip-higher, + dual clip)        ppo.py
     gspo        sequence ratio, one clip per response                   gspo.py
@@ -10,6 +15,7 @@ metrics are detached 0-dim tensors with the keys `METRIC_KEYS` (explained in
     cispo       clipped detached IS weight × log-prob                   cispo.py
     gppo        PPO values, bounded gradients on clipped tokens         gppo.py
     reinforce   −A·lp with an optional detached weight                  reinforce.py
+    masked_nll, entropy_bonus   token terms next to an objective        terms.py
 """
 
 from policylab.kernels.objectives.common import DEFAULT_LOG_RATIO_CLAMP, METRIC_KEYS
@@ -18,6 +24,7 @@ from policylab.kernels.objectives.gppo import gppo
 from policylab.kernels.objectives.gspo import gspo, gspo_token
 from policylab.kernels.objectives.ppo import ppo_clip
 from policylab.kernels.objectives.reinforce import reinforce
+from policylab.kernels.objectives.terms import entropy_bonus, masked_nll
 
 __all__ = [
     "ppo_clip",
@@ -26,6 +33,8 @@ __all__ = [
     "cispo",
     "gppo",
     "reinforce",
+    "masked_nll",
+    "entropy_bonus",
     "METRIC_KEYS",
     "DEFAULT_LOG_RATIO_CLAMP",
 ]

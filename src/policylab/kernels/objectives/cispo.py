@@ -3,7 +3,7 @@
 Paper: "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
 MiniMax, arXiv 2506.13585, the CISPO objective and its clipped weight (Eqs. 4–5).
 
-    ρ = exp(lp − lp_old),   w = sg(clip(ρ, 1−ε_low, 1+ε_high)),   ℓ = −w · A · lp
+    ρ = exp(lp − lp_old),   w = sg(clip(ρ, 1−ε_low, 1+ε_high)),   ℓ = −w · A · lp   (Eqs. 4–5)
 
 Gradient: ∂ℓ/∂lp = −w·A for every valid token — coefficient w, never zero unless A = 0.
 There is no autograd path through ρ (w is detached). The paper normalizes by the total
@@ -19,6 +19,10 @@ with PPO loss values and are not 0 at ρ = 1. Detached: `logp_old`, `adv`, `w`.
 Deviations: the log-ratio guard (`log_ratio_clamp`) only affects w when ρ < e^-20 without a
 lower bound (w = 2e-9 instead of smaller); the paper's unified token-mask variant (which
 can recover PPO-style dropping) is not implemented.
+
+`cispo(..., fast=False)` runs the equation as written below; `fast=True` (the default, what
+the trainer runs) runs `objectives.fast.cispo_fast`, equal in fp64 in value, gradient and
+metrics (tests/kernels/objectives/test_objective_fast_paths.py).
 """
 
 from __future__ import annotations
@@ -29,14 +33,12 @@ from policylab.kernels.objectives.common import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
     check_log_ratio_clamp,
-    band_counts,
     clip_regions,
-    from_counts,
     guard,
-    prepare,
-    ratio_summary,
     summarize,
+    token_inputs,
 )
+from policylab.kernels.objectives.fast import cispo_fast
 
 
 def cispo(
@@ -48,30 +50,32 @@ def cispo(
     eps_low: float | None,
     eps_high: float,
     log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
+    fast: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """CISPO loss per token -> `(loss [B, T], metrics)`.
+    """CISPO loss per token, ℓ = −sg(clip(ρ, 1−ε_low, 1+ε_high))·A·lp -> `(loss [B, T], metrics)`.
 
     logp, logp_old: `[B, T]`; adv: `[B]` or `[B, T]`; mask: bool `[B, T]` (True = counts).
     eps_low: None (no lower bound — the paper's setting) or ≥ 0; eps_high ≥ 0 (required).
-    Metrics: see `objectives._metrics`; clip_frac is always 0 (no token is zeroed), the
-    region fractions show where the weight is capped.
+    fast: the in-place / per-row variant (default) or the plain equation (False).
+    Metrics: `cispo_metrics`; clip_frac is always 0 (no token is zeroed), the region
+    fractions show where the weight is capped.
     """
     check_eps(eps_low, eps_high, allow_no_low=True)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
-    tb = prepare(logp, logp_old, adv, mask)
-    log_ratio, clamped = guard(tb.log_ratio().detach(), log_ratio_clamp)  # w is detached: no graph
-    ratio = log_ratio.exp_()  # exactly 1 at masked positions
+    if fast:
+        return cispo_fast(logp, logp_old, adv, mask, eps_low=eps_low, eps_high=eps_high,
+                          log_ratio_clamp=log_ratio_clamp)
+    x = token_inputs(logp, logp_old, adv, mask)  # 0 at masked positions; lp_old, A detached
+    log_ratio, clamped = guard((x.lp - x.lp_old).detach(), log_ratio_clamp)  # w is detached
+    ratio = torch.exp(log_ratio)  # ρ, 1 at masked positions
     lower = None if eps_low is None else 1.0 - eps_low
-    if tb.adv_row is not None:
-        summary = ratio_summary(ratio, tb.mask, tb.mask_f, pad_value=1.0)
-        counts = band_counts(ratio, tb.adv_row, lower, 1.0 + eps_high)
-        zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
-        # −w·A on the counted positions (0 elsewhere), built in place in the ratio's buffer
-        coef = ratio.clamp_(min=lower, max=1.0 + eps_high).mul_((-tb.adv_row).unsqueeze(-1)).mul_(tb.mask_f)
-        loss = (coef * tb.logp_for_product).to(logp.dtype)
-        return loss, from_counts(counts, summary, zeroed=zero, dual=zero, clamped=clamped)
-    weight = ratio.clamp(min=lower, max=1.0 + eps_high)
-    loss = (-weight * tb.adv * tb.logp).to(logp.dtype)  # A and lp are 0 outside the mask, weight finite
-    reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
-    metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped, mask_f=tb.mask_f, pad_value=1.0)
-    return loss, metrics
+    weight = torch.clamp(ratio, min=lower, max=1.0 + eps_high)  # w = sg(clip(ρ)), Eq. (5)
+    loss = -weight * x.adv * x.lp  # Eq. (4); A and lp are 0 at masked positions
+    return loss.to(logp.dtype), cispo_metrics(ratio, x.adv, mask, eps_low=eps_low, eps_high=eps_high, clamped=clamped)
+
+
+def cispo_metrics(ratio, adv, mask, *, eps_low: float | None, eps_high: float, clamped) -> dict[str, torch.Tensor]:
+    """The `METRIC_KEYS` of CISPO from the detached ratio ρ [B, T] (1 at masked positions):
+    the regions where the weight is capped, no zeroed token, the ratio's min / mean / max."""
+    reg = clip_regions(ratio, adv, mask, eps_low, eps_high)
+    return summarize(ratio, mask, reg, zeroed=None, clamped=clamped, pad_value=1.0)

@@ -1,5 +1,7 @@
-"""Shared machinery of the ratio objectives: input checks, the guarded policy ratio, the
-clip regions, and the diagnostics every objective returns.
+"""Shared pieces of the ratio objectives: input checks and masked inputs (`token_inputs`),
+the log-ratio guard, the clip regions, and the diagnostics every objective returns. No
+formula lives here: each objective's public function writes its own equation; the fast
+(in-place, per-row) variants of PPO and CISPO live in `objectives.fast`.
 
 Policy ratio ρ = exp(lp − lp_old) (learner `logp` over the sampler-weights `logp_old`),
 always computed as the exp of a log-ratio. Guard: the log-ratio is clamped to
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from typing import NamedTuple
 
 import torch
 
@@ -60,7 +62,7 @@ from policylab.kernels.checks import (
     count_true,
     expand_adv,
     float_mask,
-    zero_outside,
+    masked,
 )
 from policylab.errors import NonFiniteError, ShapeError
 
@@ -80,63 +82,21 @@ METRIC_KEYS = (
 )
 
 
-class TokenBatch:
-    """Checked inputs of an objective. `logp_old` and `adv` are detached. The zeroed
-    tensors (`logp`, `logp_old`, `adv` [B, T], entries at masked positions replaced by 0 so
-    NaN/inf in padding never reach a value or a gradient) are built on first use: a kernel
-    that only needs the masked log-ratio and per-row advantages never pays for them."""
+class TokenInputs(NamedTuple):
+    """Checked inputs of a formula kernel, each [B, T] and exactly 0 at masked positions
+    (so NaN/inf/huge values in padding never reach a value or a gradient)."""
 
-    def __init__(self, logp, logp_old, adv, mask, finite: dict[str, bool]):
-        self._logp, self._logp_old, self._adv, self._finite = logp, logp_old, adv, finite
-        self.mask = mask
-        self.mask_f = float_mask(mask, logp.dtype)  # [B, T] 0/1 in logp's dtype
-        # advantages given per sequence [B] (None when they are per token)
-        self.adv_row = adv if adv.dim() == 1 else None
-
-    def _zeroed(self, t, name):
-        mf = self.mask_f if t.dtype == self.mask_f.dtype else None
-        return zero_outside(t, self.mask, mf, finite=self._finite[name])
-
-    @cached_property
-    def logp(self) -> torch.Tensor:
-        """[B, T] differentiable, 0 at masked positions."""
-        return self._zeroed(self._logp, "logp")
-
-    @cached_property
-    def logp_old(self) -> torch.Tensor | None:
-        """[B, T] detached, 0 at masked positions (None for REINFORCE)."""
-        return None if self._logp_old is None else self._zeroed(self._logp_old, "logp_old")
-
-    @cached_property
-    def adv(self) -> torch.Tensor:
-        """[B, T] detached (a [B] input broadcast over the row), 0 at masked positions."""
-        if self.adv_row is not None:
-            return self.masked_row(self.adv_row)
-        return self._zeroed(self._adv, "adv")
-
-    @property
-    def logp_for_product(self) -> torch.Tensor:
-        """`logp` itself when every entry is finite (for a caller that multiplies it by a
-        factor that is 0 at masked positions: value and gradient are 0 there), else the
-        zeroed `logp`, so NaN/inf in padding never meet that product."""
-        return self._logp if self._finite["logp"] else self.logp
-
-    def masked_row(self, row: torch.Tensor) -> torch.Tensor:
-        """[B, T]: a per-row value [B] on the row's counted positions, 0 elsewhere."""
-        r = row.unsqueeze(-1)
-        return r * (self.mask_f if r.dtype == self.mask_f.dtype else float_mask(self.mask, r.dtype))
-
-    def log_ratio(self) -> torch.Tensor:
-        """lp − lp_old at the counted positions, exactly 0 elsewhere; differentiable in lp
-        only. With finite inputs one product by the float mask, no zeroed copies."""
-        if self._finite["logp"] and self._finite["logp_old"]:
-            return (self._logp - self._logp_old).mul_(self.mask_f)  # in place on the fresh difference
-        return self.logp - self.logp_old
+    lp: torch.Tensor              # the learner's log-probs, differentiable
+    lp_old: torch.Tensor | None   # detached (None for REINFORCE)
+    adv: torch.Tensor             # detached; a [B] input broadcast over its row
+    mask: torch.Tensor            # bool, True = the token counts
 
 
-def prepare(logp, logp_old, adv, mask) -> TokenBatch:
+def check_inputs(logp, logp_old, adv, mask) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, bool]]:
     """Validate the per-token inputs of an objective (logp_old may be None for REINFORCE):
-    shapes, a bool mask, no NaN/inf at counted positions (padding may hold anything)."""
+    shapes, a bool mask, no NaN/inf at counted positions (padding may hold anything).
+    Returns (adv detached, logp_old detached, {role: every entry finite}); a [B] advantage
+    of a row without a counted token may be NaN/inf and is returned as 0 there."""
     check_mask(mask, "mask")
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
         raise ShapeError(f"`logp` must be a [B, T] tensor, got {getattr(logp, 'shape', type(logp))}")
@@ -161,7 +121,18 @@ def prepare(logp, logp_old, adv, mask) -> TokenBatch:
     if logp_old is not None:
         logp_old = logp_old.detach()
         finite["logp_old"] = check_finite(logp_old, "logp_old", mask)
-    return TokenBatch(logp, logp_old, adv, mask, finite)
+    return adv, logp_old, finite
+
+
+def token_inputs(logp, logp_old, adv, mask) -> TokenInputs:
+    """`check_inputs`, then every tensor masked to 0 outside `mask` (`checks.masked`)."""
+    adv, logp_old, _ = check_inputs(logp, logp_old, adv, mask)
+    return TokenInputs(
+        lp=masked(logp, mask),
+        lp_old=None if logp_old is None else masked(logp_old, mask),
+        adv=masked(expand_adv(adv, logp), mask),
+        mask=mask,
+    )
 
 
 def _is_number(x) -> bool:
@@ -180,6 +151,14 @@ def check_eps(eps_low, eps_high, *, allow_no_low: bool = False) -> None:
         raise ValueError(f"`eps_low` must be a number in [0, 1) (lower bound 1 - eps_low > 0), got {eps_low!r}")
     if not (_is_number(eps_high) and eps_high >= 0):
         raise ValueError(f"`eps_high` must be a finite number >= 0, got {eps_high!r}")
+
+
+def check_dual_clip(dual_clip) -> None:
+    """None, or a finite number c > 1 (PPO's dual clip)."""
+    if dual_clip is None:
+        return
+    if not _is_number(dual_clip) or dual_clip <= 1:
+        raise ValueError(f"`dual_clip` must be None or a finite number > 1, got {dual_clip!r}")
 
 
 def check_log_ratio_clamp(clamp, dtype: torch.dtype) -> None:
@@ -288,37 +267,6 @@ def ratio_summary(ratio, mask, mask_f, *, pad_value: float | None = None) -> dic
         hi = masked.max()  # padding zeros never exceed a ratio >= 0
         lo = (masked + (1.0 - mask_f) * torch.finfo(dtype).max).min()
     return {"n": n, "ratio/min": lo, "ratio/mean": total / n, "ratio/max": hi}
-
-
-def band_counts(ratio, adv_row, lower: float | None, upper: float) -> dict:
-    """Token counts of the four clip regions for advantages given per sequence, without a
-    bool [B, T] mask: {low_pos, low_neg, high_pos, high_neg} as 0-dim tensors of ratio's
-    dtype (float32 for half precision).
-
-    ratio: detached [B, T], exactly 1 at masked positions (exp of a log-ratio zeroed
-    there), and lower <= 1 <= upper, so a masked position is never outside the band.
-    adv_row: [B]. Strict bounds (a ratio on a bound is inside); lower=None: no lower bound.
-    How: sign(ρ − clip(ρ)) is +1 above the band, −1 below, 0 inside; its row sum is
-    (#above − #below) and the row sum of its absolute value (#above + #below)."""
-    if (lower is not None and lower > 1.0) or upper < 1.0:
-        raise ValueError(f"band_counts needs lower <= 1 <= upper, got [{lower}, {upper}]")
-    r = ratio if ratio.dtype in (torch.float32, torch.float64) else ratio.float()
-    s = r.clamp(min=lower, max=upper)
-    torch.sub(r, s, out=s).sign_()  # one [B, T] buffer
-    net = s.sum(dim=-1)             # above − below, per row
-    both = s.abs_().sum(dim=-1)     # above + below, per row
-    above, below = (both + net) * 0.5, (both - net) * 0.5
-    pos, neg = (adv_row > 0).to(r.dtype), (adv_row < 0).to(r.dtype)
-    return {"low_pos": torch.dot(below, pos), "low_neg": torch.dot(below, neg),
-            "high_pos": torch.dot(above, pos), "high_neg": torch.dot(above, neg)}
-
-
-def row_flag_count(ratio, threshold: float, adv_row) -> torch.Tensor:
-    """Number of tokens with ratio > threshold (strict) in rows with A < 0 (the dual-clip
-    region), for a ratio that is exactly 1 at masked positions and threshold >= 1."""
-    r = ratio if ratio.dtype in (torch.float32, torch.float64) else ratio.float()
-    above = (r - threshold).clamp_(min=0).sign_().sum(dim=-1)
-    return torch.dot(above, (adv_row < 0).to(r.dtype))
 
 
 def from_counts(counts: dict, summary: dict, *, zeroed, dual, clamped) -> dict:

@@ -97,19 +97,26 @@ def conspo(logp: torch.Tensor, mask: torch.Tensor, group: torch.Tensor, positive
             raise ShapeError(f"`row_scale` must be [B] = ({B},), got {tuple(row_scale.shape)}")
         ell = ell * row_scale.detach().to(ell.dtype)
     loss = torch.where(mask, ell.unsqueeze(-1).expand_as(logp), torch.zeros((), dtype=logp.dtype))
+    return loss, conspo_metrics(s, denom - zp, trained, eligible, pos, neg)
+
+
+def conspo_metrics(s, neg_log_softmax, trained, eligible, pos, neg) -> dict[str, torch.Tensor]:
+    """Detached float64 "conspo/<name>": the fraction of eligible groups, the positives'
+    mean softmax probability σ_p = exp(−ℓ_p) (before `row_scale`), the mean score gap
+    between positives and negatives, and the number of trained positives."""
     with torch.no_grad():
-        sp = torch.exp(-ell.detach()) if row_scale is None else torch.exp(-(denom - zp).detach())
+        sp = torch.exp(-neg_log_softmax.detach())
         n_tr = int(trained.sum())
-        metrics = {
+        return {
             "conspo/eligible_group_frac": eligible.double().mean(),
             "conspo/positive_softmax_mean": (sp[trained].double().mean() if n_tr else torch.zeros((), dtype=torch.float64)),
-            "conspo/score_gap": _gap(s.detach(), pos, neg),
+            "conspo/score_gap": score_gap(s.detach(), pos, neg),
             "conspo/positives_count": torch.tensor(float(n_tr), dtype=torch.float64),
         }
-    return loss, metrics
 
 
-def _gap(s: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+def score_gap(s: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """mean s over positives − mean s over negatives (0 when either side is empty)."""
     if not bool(pos.any()) or not bool(neg.any()):
         return torch.zeros((), dtype=torch.float64)
     return (s[pos].double().mean() - s[neg].double().mean())

@@ -30,6 +30,9 @@ Reference values: two_sided_log δ = 0.2 -> [0.8187, 1.2214]; mc kl_old_new δ =
 Paper: title and arXiv id **unconfirmed** (a generalized proximal framework pairing an
 f-divergence with an estimation topology, referred to as GPPO). The pairings it publishes
 are unconfirmed; the non-negative generators in mc/atomic are a library decision.
+No equation number: the paper could not be checked. Detached: the bounds (from lp_old
+only), the advantages. Deviation: the shared log-ratio guard of `objectives.common`
+(`log_ratio_clamp`) before the exp, as in ppo_clip (`clip_to_bounds`).
 """
 
 from __future__ import annotations
@@ -197,7 +200,7 @@ def gppo_fdiv(
 
     logp: [B, T] learner (differentiable); logp_old, mask: [B, T]; adv [B] or [B, T].
     divergence / topology: literal names; delta > 0 (**unconfirmed** pairings/defaults).
-    log_ratio_clamp: shared guard on |lp − lp_old| (see `objectives._metrics`).
+    log_ratio_clamp: shared guard on |lp − lp_old| (see `objectives.common`).
     Returns (loss [B, T], 0 where mask is False; metrics: shared `METRIC_KEYS` plus
     `gppo_fdiv/bound_lo_mean`, `gppo_fdiv/bound_hi_mean`).
     """

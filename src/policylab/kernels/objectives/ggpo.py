@@ -24,15 +24,17 @@ Detached: κ, Γ, the clipped ℓr. Group ids may be arbitrary integers.
 Metrics: the shared `METRIC_KEYS` (no ratio and no clip here: clip fractions 0, ratio/* = 1)
 plus `ggpo/gap_mean` (Γ averaged over sequences), `ggpo/kappa_abs_mean`,
 `ggpo/frac_ref_ratio_clipped` (|ℓr| > c), `ggpo/ref_log_ratio_mean`.
+No equation number: the paper could not be checked. Deviations: unknown (a
+reconstruction, see above).
 """
 
 from __future__ import annotations
 
 import torch
 
-from policylab.kernels.checks import check_finite, group_index
-from policylab.kernels.corrections.common import check_positive, check_roles, masked_log_ratio, scalar
 from policylab.errors import PolicylabError, ShapeError
+from policylab.kernels.checks import check_finite, float_mask, group_index, masked
+from policylab.kernels.corrections.common import check_positive, check_roles, masked_log_ratio, scalar
 from policylab.kernels.objectives.common import Regions, summarize
 
 
@@ -90,20 +92,22 @@ def ggpo(
     check_roles("ggpo", mask, logp=logp, logp_ref=logp_ref)
     if not bool(mask.any()):
         raise PolicylabError("`mask` has no valid token: nothing to optimize (skip this batch)")
-    ratio = masked_log_ratio(logp.detach(), logp_ref.detach(), mask).sum(-1)
-    kappa, gap, _ = gibbs_coefficients(ratio, rewards, group, beta=beta, coef_clip=coef_clip)
+    ref_log_ratio = masked_log_ratio(logp.detach(), logp_ref.detach(), mask).sum(-1)  # ℓr_i, detached
+    kappa, gap, _ = gibbs_coefficients(ref_log_ratio, rewards, group, beta=beta, coef_clip=coef_clip)
     kappa = kappa.to(logp.dtype)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    lp = torch.where(mask, logp, zero)
-    loss = torch.where(mask, -kappa.unsqueeze(-1) * lp, zero)
+    loss = masked(-kappa.unsqueeze(-1) * masked(logp, mask), mask)  # −κ_i·lp_{i,t}
+    return loss, ggpo_metrics(kappa, gap, ref_log_ratio, mask, coef_clip=coef_clip, like=logp)
+
+
+def ggpo_metrics(kappa, gap, ref_log_ratio, mask, *, coef_clip: float, like) -> dict[str, torch.Tensor]:
+    """The shared `METRIC_KEYS` (no ratio, no clip: fractions 0, ratio/* = 1) plus the
+    Gibbs gap, |κ| and the reference log-ratio statistics (module doc)."""
     none = torch.zeros_like(mask)
-    ones = torch.where(mask, 1.0, 0.0).to(logp.dtype)
-    metrics = summarize(ones, mask, Regions(none, none, none, none), zeroed=None)
-    c = float(coef_clip)
+    metrics = summarize(float_mask(mask, like.dtype), mask, Regions(none, none, none, none), zeroed=None)
     metrics.update({
-        "ggpo/gap_mean": scalar(gap.mean(), logp),
-        "ggpo/kappa_abs_mean": scalar(kappa.abs().mean(), logp),
-        "ggpo/frac_ref_ratio_clipped": scalar((ratio.abs() > c).to(torch.float64).mean(), logp),
-        "ggpo/ref_log_ratio_mean": scalar(ratio.mean(), logp),
+        "ggpo/gap_mean": scalar(gap.mean(), like),
+        "ggpo/kappa_abs_mean": scalar(kappa.abs().mean(), like),
+        "ggpo/frac_ref_ratio_clipped": scalar((ref_log_ratio.abs() > float(coef_clip)).to(torch.float64).mean(), like),
+        "ggpo/ref_log_ratio_mean": scalar(ref_log_ratio.mean(), like),
     })
-    return loss, metrics
+    return metrics

@@ -25,21 +25,21 @@ Detached: `logp_old`, `adv`, the bound constants. Deviation: the log-ratio guard
 (`log_ratio_clamp`) on ρ; the carriers use the unclamped d, so the boundary gradients stay
 exactly (1∓ε) even for extreme log-ratios. clip_frac is 0 (GPPO zeroes no token); the
 region fractions count tokens that get a boundary gradient (high_pos, low_neg).
+Equation number: the GPPO objective of arXiv 2508.07629 (its number was not checked).
 """
 
 from __future__ import annotations
 
 import torch
 
-from policylab.kernels.checks import zero_outside
 from policylab.kernels.objectives.common import (
     DEFAULT_LOG_RATIO_CLAMP,
     check_eps,
     check_log_ratio_clamp,
     clip_regions,
     guard,
-    prepare,
     summarize,
+    token_inputs,
     unit_carrier,
 )
 
@@ -56,22 +56,29 @@ def gppo(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GPPO loss per token -> `(loss [B, T], metrics)`; forward equal to `ppo_clip`.
 
+    ℓ = −min(ρA, c(ρ)A) with the clipped branch c(ρ) = (1∓ε)·exp(d − sg(d)) on the clipped
+    side (arXiv 2508.07629, GPPO objective; module doc).
+
     logp, logp_old: `[B, T]`; adv: `[B]` or `[B, T]`; mask: bool `[B, T]` (True = counts).
     eps_low in [0, 1), eps_high ≥ 0 (required; the paper's values are not confirmed here).
-    Metrics: see `objectives._metrics` (clip_frac always 0).
+    Metrics: `gppo_metrics` (clip_frac always 0).
     """
     check_eps(eps_low, eps_high)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
-    tb = prepare(logp, logp_old, adv, mask)
-    d = tb.log_ratio()
+    x = token_inputs(logp, logp_old, adv, mask)  # 0 at masked positions; lp_old, A detached
+    d = x.lp - x.lp_old
     log_ratio, clamped = guard(d, log_ratio_clamp)
-    ratio = log_ratio.exp()  # not in place: the carrier below reads the unclamped d
-    carrier = unit_carrier(d)
-    reg = clip_regions(ratio, tb.adv, tb.mask, eps_low, eps_high)
-    eff = torch.where(
-        reg.high_pos, (1.0 + eps_high) * carrier,
-        torch.where(reg.low_neg, (1.0 - eps_low) * carrier, ratio),
-    )
-    loss = zero_outside(-eff * tb.adv, tb.mask, tb.mask_f).to(logp.dtype)
-    metrics = summarize(ratio, tb.mask, reg, zeroed=None, clamped=clamped)
-    return loss, metrics
+    ratio = torch.exp(log_ratio)  # ρ = exp(lp − lp_old)
+    carrier = unit_carrier(d)  # value 1, gradient ∇lp (the unclamped d)
+    reg = clip_regions(ratio, x.adv, mask, eps_low, eps_high)
+    # c(ρ): the bound times the carrier where min() picks the clipped branch, ρ elsewhere
+    clipped = torch.where(reg.high_pos, (1.0 + eps_high) * carrier,
+                          torch.where(reg.low_neg, (1.0 - eps_low) * carrier, ratio))
+    loss = -clipped * x.adv  # A = 0 at masked positions
+    return loss.to(logp.dtype), gppo_metrics(ratio, reg, mask, clamped=clamped)
+
+
+def gppo_metrics(ratio, reg, mask, *, clamped) -> dict[str, torch.Tensor]:
+    """The `METRIC_KEYS` of GPPO: the four clip regions of ρ (high_pos and low_neg get the
+    boundary gradient), no zeroed token, the ratio's min / mean / max."""
+    return summarize(ratio, mask, reg, zeroed=None, clamped=clamped)

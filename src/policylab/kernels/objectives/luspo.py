@@ -22,22 +22,25 @@ Detached: the advantages, the clip bounds. adv is per sequence [B] only.
 Deviation: the shared log-ratio guard (`log_ratio_clamp`, default 20) on the sequence mean
 log-ratio before the exp, as in `gspo`; a sequence with no counted token gets s = 1 and
 contributes nothing. A ratio exactly on a bound is inside.
+No equation number: the paper could not be checked.
 """
 
 from __future__ import annotations
 
 import torch
 
-from policylab.kernels.corrections.common import check_roles
 from policylab.errors import ShapeError
+from policylab.kernels.checks import masked
+from policylab.kernels.corrections.common import check_roles
 from policylab.kernels.objectives.common import (
     DEFAULT_LOG_RATIO_CLAMP,
-    Regions,
     check_eps,
     check_log_ratio_clamp,
-    prepare,
+    clip_regions,
     summarize,
+    token_inputs,
 )
+from policylab.kernels.objectives.gspo import sequence_adv, sequence_ratio
 
 
 def luspo(
@@ -64,26 +67,24 @@ def luspo(
         raise ShapeError(f"`adv` must be per sequence [B] = ({mask.shape[0]},), got {got}")
     check_eps(eps_low, eps_high)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
-    tb = prepare(logp, logp_old, adv, mask)
-    n = mask.sum(-1)
+    x = token_inputs(logp, logp_old, adv, mask)  # 0 at masked positions; lp_old, A detached
     # the per-sequence advantage itself, never read from a token position (position 0 may
     # be masked); a row without counted tokens contributes nothing
-    a = torch.where(n > 0, adv.detach(), torch.zeros((), dtype=adv.dtype)).to(tb.adv.dtype)
-    mean_lr = (tb.logp - tb.logp_old).sum(-1) / n.clamp_min(1).to(logp.dtype)
-    hit = mean_lr.detach().abs() > log_ratio_clamp
-    s = mean_lr.clamp(-log_ratio_clamp, log_ratio_clamp).exp()
-    lo, hi = 1.0 - eps_low, 1.0 + eps_high
-    sd = s.detach()
-    high_pos, low_neg = (a > 0) & (sd > hi), (a < 0) & (sd < lo)
-    eff = torch.where(high_pos, hi, torch.where(low_neg, lo, s))
-    seq_value = -eff * a  # [B]: GSPO's per-sequence loss; LUSPO's ℓ_i is |y_i| times it
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    loss = torch.where(mask, seq_value.unsqueeze(-1), zero)
-    s_tok = sd.unsqueeze(-1).expand_as(tb.logp)
-    pos, neg = (tb.adv > 0) & mask, (tb.adv < 0) & mask
-    low_t, high_t = s_tok < lo, s_tok > hi
-    reg = Regions(low_t & pos, low_t & neg, high_t & pos, high_t & neg)
+    a = sequence_adv(adv.detach(), mask).to(x.adv.dtype)
+    s, hit, _ = sequence_ratio(x, log_ratio_clamp)  # GSPO's s_i
+    clipped = torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high)
+    seq_value = -torch.minimum(s * a, clipped * a)  # [B]: GSPO's ℓ; LUSPO's ℓ_i is |y_i| times it
+    loss = masked(seq_value.unsqueeze(-1).expand_as(x.lp), mask)  # row sums = ℓ_i
+    return loss, luspo_metrics(s, x.adv, mask, eps_low=eps_low, eps_high=eps_high, clamped=hit)
+
+
+def luspo_metrics(s, adv, mask, *, eps_low: float, eps_high: float, clamped) -> dict[str, torch.Tensor]:
+    """The `METRIC_KEYS`, token-weighted with each valid token carrying its sequence's s_i
+    (as `gspo`), plus `luspo/length_mean` (mean |y_i| over the non-empty rows)."""
+    s_tok = s.detach().unsqueeze(-1).expand_as(mask)
+    reg = clip_regions(s_tok, adv, mask, eps_low, eps_high)
     metrics = summarize(s_tok, mask, reg, zeroed=reg.low_neg | reg.high_pos,
-                        clamped=hit.unsqueeze(-1).expand_as(mask))
-    metrics["luspo/length_mean"] = n[n > 0].to(logp.dtype).mean().detach()
-    return loss, metrics
+                        clamped=clamped.unsqueeze(-1).expand_as(mask))
+    n = mask.sum(-1)
+    metrics["luspo/length_mean"] = n[n > 0].to(s.dtype).mean().detach()
+    return metrics

@@ -17,18 +17,21 @@ and ≥ 0. REINFORCE assumes the tokens were sampled by the learner's current we
 stale data use a ratio objective (ppo_clip, cispo, ...) or an explicit weight.
 
 Detached: `adv`, `weight`. Loss values are weighted log-probs, not comparable with PPO
-surrogate values. Metrics use the shared key scheme (`objectives._metrics`): no clipping
+surrogate values. Metrics use the shared key scheme (`objectives.common`): no clipping
 (every clip fraction is 0), `ratio/*` describe the weight w (exactly 1 without one), and
 `log_ratio_clamped` is 0.
+Equation: Williams' REINFORCE update Δθ ∝ (r − b)·∇log π (the paper's equation number was
+not checked). Deviations: none; the optional weight and the unit carrier are additions
+(the unit carrier changes the loss value, never the gradient).
 """
 
 from __future__ import annotations
 
 import torch
 
-from policylab.kernels.checks import check_finite, expand_adv
 from policylab.errors import ShapeError
-from policylab.kernels.objectives.common import Regions, prepare, summarize
+from policylab.kernels.checks import check_finite, expand_adv, float_mask, masked
+from policylab.kernels.objectives.common import Regions, summarize, token_inputs
 
 
 def _check_weight(weight: torch.Tensor, like: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -43,7 +46,7 @@ def _check_weight(weight: torch.Tensor, like: torch.Tensor, mask: torch.Tensor) 
     check_finite(w, "weight", mask)
     if bool(((w < 0) & mask).any()):
         raise ValueError("`weight` has negative entries at valid positions; importance weights are >= 0")
-    return torch.where(mask, w.detach(), torch.zeros((), dtype=w.dtype, device=w.device))
+    return masked(w.detach(), mask)
 
 
 def reinforce(
@@ -62,13 +65,14 @@ def reinforce(
     """
     if carrier not in ("logp", "unit"):
         raise ValueError(f"`carrier` must be 'logp' or 'unit', got {carrier!r}")
-    tb = prepare(logp, None, adv, mask)
-    if weight is None:
-        w = torch.where(tb.mask, 1.0, 0.0).to(tb.logp.dtype)
-    else:
-        w = _check_weight(weight, tb.logp, tb.mask)
-    lp = tb.logp if carrier == "logp" else torch.exp(tb.logp - tb.logp.detach())
-    loss = torch.where(tb.mask, -w * tb.adv * lp, 0.0).to(logp.dtype)
-    none = torch.zeros_like(tb.mask)
-    metrics = summarize(w.to(logp.dtype), tb.mask, Regions(none, none, none, none), zeroed=None)
-    return loss, metrics
+    x = token_inputs(logp, None, adv, mask)  # 0 at masked positions; A detached
+    w = float_mask(mask, x.lp.dtype) if weight is None else _check_weight(weight, x.lp, mask)
+    lp = x.lp if carrier == "logp" else torch.exp(x.lp - x.lp.detach())
+    loss = masked(-w * x.adv * lp, mask)  # ℓ = −sg(w)·A·lp
+    return loss.to(logp.dtype), reinforce_metrics(w.to(logp.dtype), mask)
+
+
+def reinforce_metrics(weight: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The `METRIC_KEYS` of REINFORCE: no clip region, `ratio/*` describe the weight w."""
+    none = torch.zeros_like(mask)
+    return summarize(weight, mask, Regions(none, none, none, none), zeroed=None)

@@ -18,8 +18,9 @@ with the described geometry, not a verified copy of the published formula.
 Detached: the bounds (computed from lp_old only, once per round; they never change when
 the learner moves, conventions rule 11), the advantages. Loss is 0 where `mask` is False.
 An underflowed p_old = 0 gets the bounds [0, inf] (any ratio is inside the ball's limit).
-Deviation: the shared log-ratio guard of `objectives._metrics` (`log_ratio_clamp`, default
+Deviation: the shared log-ratio guard of `objectives.common` (`log_ratio_clamp`, default
 20) before the exp, as in ppo_clip; metrics use the shared key scheme (`METRIC_KEYS`).
+No equation number: the paper could not be checked.
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ import math
 
 import torch
 
-from policylab.kernels.checks import check_finite
-from policylab.kernels.corrections.common import check_positive, check_roles, scalar
 from policylab.errors import ShapeError
+from policylab.kernels.checks import check_finite, masked
+from policylab.kernels.corrections.common import check_positive, check_roles, scalar
 from policylab.kernels.objectives.common import (
     DEFAULT_LOG_RATIO_CLAMP,
     Regions,
     check_log_ratio_clamp,
     guard,
-    prepare,
     summarize,
+    token_inputs,
 )
 
 
@@ -86,7 +87,7 @@ def clip_to_bounds(
     [B, T] tensors with lo <= 1 <= hi at counted positions (hi may be inf). Gradient
     coefficient (∂L/∂lp = −c·A): c = ρ unless the clipped branch is flat (A > 0 and ρ > hi,
     or A < 0 and ρ < lo), where c = 0; a ratio exactly on a bound is inside.
-    log_ratio_clamp: the shared guard of `objectives._metrics` on |lp − lp_old| (hits
+    log_ratio_clamp: the shared guard of `objectives.common` on |lp − lp_old| (hits
     counted in `log_ratio_clamped`). Returns (loss [B, T], 0 where mask is False; metrics
     with the shared `METRIC_KEYS`, regions taken against the per-token bounds, plus
     `<method>/bound_lo_mean` and `<method>/bound_hi_mean` over finite bounds).
@@ -100,23 +101,34 @@ def clip_to_bounds(
     if bool(((lo > 1) | (hi < 1) | torch.isnan(lo) | torch.isnan(hi))[mask].any()):
         raise ValueError("bounds must satisfy lo <= 1 <= hi at counted positions")
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
-    tb = prepare(logp, logp_old, adv, mask)
+    x = token_inputs(logp, logp_old, adv, mask)  # 0 at masked positions; lp_old, A detached
     one = torch.ones((), dtype=logp.dtype, device=logp.device)
-    lo_c = torch.where(mask, lo.to(logp.dtype), one)
+    lo_c = torch.where(mask, lo.to(logp.dtype), one)  # neutral [1, 1] at masked positions
     hi_c = torch.where(mask, hi.to(logp.dtype), one)
-    log_ratio, clamped = guard(tb.log_ratio(), log_ratio_clamp)
-    rho = log_ratio.exp()
-    r = rho.detach()
-    pos, neg = (tb.adv > 0) & mask, (tb.adv < 0) & mask
-    low, high = r < lo_c, r > hi_c
-    reg = Regions(low & pos, low & neg, high & pos, high & neg)
-    eff = torch.where(reg.high_pos, hi_c, torch.where(reg.low_neg, lo_c, rho))
-    loss = torch.where(mask, -eff * tb.adv, torch.zeros((), dtype=logp.dtype, device=logp.device))
-    metrics = summarize(rho, mask, reg, zeroed=reg.low_neg | reg.high_pos, clamped=clamped)
-    finite_hi = hi_c[mask][torch.isfinite(hi_c[mask])]
-    metrics[f"{method}/bound_lo_mean"] = scalar(lo_c[mask].mean(), logp)
-    metrics[f"{method}/bound_hi_mean"] = scalar(finite_hi.mean() if finite_hi.numel() else 0.0, logp)
-    return loss, metrics
+    log_ratio, clamped = guard(x.lp - x.lp_old, log_ratio_clamp)
+    ratio = torch.exp(log_ratio)  # ρ = exp(lp − lp_old)
+    surrogate = torch.minimum(ratio * x.adv, torch.clamp(ratio, lo_c, hi_c) * x.adv)
+    loss = masked(-surrogate, mask)  # −min(ρA, clip(ρ, lo, hi)·A)
+    reg = bound_regions(ratio, x.adv, mask, lo_c, hi_c)
+    return loss, bounds_metrics(ratio, reg, mask, lo_c, hi_c, clamped=clamped, method=method)
+
+
+def bound_regions(ratio, adv, mask, lo, hi) -> Regions:
+    """The four clip regions of a detached ratio against per-token bounds (strict)."""
+    r = ratio.detach()
+    pos, neg = (adv > 0) & mask, (adv < 0) & mask
+    low, high = r < lo, r > hi
+    return Regions(low & pos, low & neg, high & pos, high & neg)
+
+
+def bounds_metrics(ratio, reg, mask, lo, hi, *, clamped, method: str) -> dict[str, torch.Tensor]:
+    """The `METRIC_KEYS` of a per-token-bound clip (zeroed = low_neg + high_pos) plus
+    `<method>/bound_lo_mean` and `<method>/bound_hi_mean` (over finite upper bounds)."""
+    metrics = summarize(ratio, mask, reg, zeroed=reg.low_neg | reg.high_pos, clamped=clamped)
+    finite_hi = hi[mask][torch.isfinite(hi[mask])]
+    metrics[f"{method}/bound_lo_mean"] = scalar(lo[mask].mean(), lo)
+    metrics[f"{method}/bound_hi_mean"] = scalar(finite_hi.mean() if finite_hi.numel() else 0.0, lo)
+    return metrics
 
 
 def ripo(

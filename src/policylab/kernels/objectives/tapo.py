@@ -20,6 +20,7 @@ Detached: G, ε, the advantages. Loss is 0 where `mask` is False. The clip decis
 made on G (the value of w); a value exactly on a bound is inside.
 Deviation: the shared log-ratio guard (`log_ratio_clamp`, default 20) on the prefix mean
 log-ratio before the exp; hits are counted in `log_ratio_clamped`.
+No equation number: the paper could not be checked.
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ from collections.abc import Callable
 
 import torch
 
-from policylab.kernels.checks import check_finite
-from policylab.kernels.corrections.common import check_roles, masked_log_ratio
 from policylab.errors import ShapeError
+from policylab.kernels.checks import check_finite, masked
+from policylab.kernels.corrections.common import check_roles, masked_log_ratio
 from policylab.kernels.objectives.common import (
     DEFAULT_LOG_RATIO_CLAMP,
-    Regions,
     check_log_ratio_clamp,
-    prepare,
     summarize,
+    token_inputs,
 )
+from policylab.kernels.objectives.ripo import bound_regions
 
 
 def prefix_geometric_ratio(
@@ -87,20 +88,23 @@ def tapo(
     """
     check_roles("tapo", mask, logp=logp, logp_old=logp_old)
     check_log_ratio_clamp(log_ratio_clamp, logp.dtype)
-    tb = prepare(logp, logp_old, adv, mask)
+    x = token_inputs(logp, logp_old, adv, mask)  # 0 at masked positions; lp_old, A detached
     eps = _eps(eps_schedule, positions, mask, logp)
-    G, hit = prefix_geometric_ratio(tb.logp, tb.logp_old, mask, include_current=include_current,
+    G, hit = prefix_geometric_ratio(x.lp, x.lp_old, mask, include_current=include_current,
                                     log_ratio_clamp=log_ratio_clamp)
-    w = G * torch.exp(tb.logp - tb.logp.detach())  # value G_t, gradient G_t·∇lp_t
+    w = G * torch.exp(x.lp - x.lp.detach())  # value G_t, gradient G_t·∇lp_t
     lo, hi = 1 - eps, 1 + eps
-    pos, neg = (tb.adv > 0) & mask, (tb.adv < 0) & mask
-    low, high = G < lo, G > hi
-    reg = Regions(low & pos, low & neg, high & pos, high & neg)
-    eff = torch.where(reg.high_pos, hi, torch.where(reg.low_neg, lo, w))
-    loss = torch.where(mask, -eff * tb.adv, torch.zeros((), dtype=logp.dtype, device=logp.device))
-    metrics = summarize(G, mask, reg, zeroed=reg.low_neg | reg.high_pos, clamped=hit)
+    surrogate = torch.minimum(w * x.adv, torch.clamp(w, lo, hi) * x.adv)
+    loss = masked(-surrogate, mask)  # −min(w A, clip(w, 1 − ε(t), 1 + ε(t)) A)
+    return loss, tapo_metrics(G, bound_regions(G, x.adv, mask, lo, hi), mask, eps, clamped=hit)
+
+
+def tapo_metrics(G, reg, mask, eps, *, clamped) -> dict[str, torch.Tensor]:
+    """The `METRIC_KEYS` with ratio = G and regions against [1 − ε(t), 1 + ε(t)] (zeroed =
+    low_neg + high_pos), plus `tapo/eps_mean` over the valid tokens."""
+    metrics = summarize(G, mask, reg, zeroed=reg.low_neg | reg.high_pos, clamped=clamped)
     metrics["tapo/eps_mean"] = eps[mask].mean().detach()
-    return loss, metrics
+    return metrics
 
 
 def _eps(eps_schedule, positions, mask, logp) -> torch.Tensor:

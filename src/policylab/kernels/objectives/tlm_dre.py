@@ -97,12 +97,18 @@ def tlm_dre(logp: torch.Tensor, logp_ref: torch.Tensor, polarity: torch.Tensor, 
     neg_term = psi(u, kappa_neg)
     ell = lam_t * torch.where(sgn > 0, pos_term, torch.where(sgn < 0, neg_term, torch.zeros_like(u)))
     loss = torch.where(mask, ell, torch.zeros((), dtype=logp.dtype))
+    return loss, tlm_dre_metrics(lam, conf, present, u, pol, mask)
+
+
+def tlm_dre_metrics(lam, conf, present, u, pol, mask) -> dict[str, torch.Tensor]:
+    """Detached float64 "tlm_dre/<name>": the largest turn weight, the mean reference
+    confidence over present turns, the mean log density ratio u over counted tokens and
+    the fraction of positive trajectories."""
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        metrics = {"tlm_dre/turn_weight_max": lam[present].max().double() if bool(present.any()) else
-                   torch.zeros((), dtype=torch.float64),
-                   "tlm_dre/ref_confidence_mean": conf[present].double().mean() if bool(present.any()) else
-                   torch.zeros((), dtype=torch.float64),
-                   "tlm_dre/log_ratio_mean": (torch.where(mask, u.detach(), 0.0).sum() / n).double(),
-                   "tlm_dre/positive_frac": (pol > 0).double().mean()}
-    return loss, metrics
+        zero = torch.zeros((), dtype=torch.float64)
+        any_turn = bool(present.any())
+        return {"tlm_dre/turn_weight_max": lam[present].max().double() if any_turn else zero,
+                "tlm_dre/ref_confidence_mean": conf[present].double().mean() if any_turn else zero,
+                "tlm_dre/log_ratio_mean": (torch.where(mask, u.detach(), 0.0).sum() / n).double(),
+                "tlm_dre/positive_frac": (pol > 0).double().mean()}

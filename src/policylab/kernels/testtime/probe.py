@@ -27,7 +27,8 @@ import math
 
 import torch
 
-from policylab.kernels.checks import check_finite, check_mask, check_same_shape, group_index
+from policylab.kernels.checks import check_finite, check_mask, group_index
+from policylab.kernels.objectives.terms import entropy_bonus
 from policylab.errors import PolicylabError, ShapeError
 
 
@@ -124,18 +125,7 @@ def probe_erpo_advantages(ranks: torch.Tensor, low: torch.Tensor, group: torch.T
     return adv, info
 
 
-def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, *, coef: float) -> torch.Tensor:
-    """Probe-ERPO's exploration term on the low branch, `[B, T]` (not aggregated):
-
-        ℓ(i, t) = −coef · H(π_θ(·|s_t))   where mask(i, t), else exactly 0
-
-    `entropy` is differentiable (the learner's own); minimizing ℓ increases H (tested
-    with a gradient step)."""
-    check_mask(mask, "mask")
-    if entropy.dim() != 2:
-        raise ShapeError(f"`entropy` must be [B, T], got {tuple(entropy.shape)}")
-    check_same_shape("entropy", entropy, mask=mask)
-    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not math.isfinite(coef) or coef < 0:
-        raise PolicylabError(f"`coef` must be a finite number >= 0, got {coef!r}")
-    check_finite(entropy.detach(), "entropy", mask)
-    return -float(coef) * torch.where(mask, entropy, torch.zeros((), dtype=entropy.dtype, device=entropy.device))
+# Probe-ERPO's exploration term on the low branch, `entropy_bonus` (imported above), is the
+# library's entropy bonus (objectives.terms): ℓ(i, t) = −coef · H(π_θ(·|s_t)) where
+# mask(i, t), else exactly 0; aggregated on its own mask.
+__all__ = ["entropy_bonus", "probe_branch", "probe_erpo_advantages", "rank_candidates"]

@@ -16,6 +16,7 @@ the token the clean policy sampled (x = lp_{P+ξ} − lp_P):
 
     "k3":  exp(x) − x − 1   (≥ 0, = 0 iff equal; estimates KL(π_P ‖ π_{P+ξ}) on tokens from π_P)
     "k2":  x² / 2
+    (the estimators of `policylab.kernels.kl.kl_estimate`, with d = −x)
 
 Both sides are differentiable (the gradient reaches P through the clean and the perturbed
 forwards), unlike `policylab.kernels.kl`, whose reference side is detached. The backbone is
@@ -35,16 +36,16 @@ import math
 import torch
 
 from policylab.kernels.checks import check_finite, check_mask, check_same_shape, group_index
+from policylab.kernels.kl import kl_estimate
 from policylab.errors import PolicylabError, ShapeError
 
 DIVERGENCES = ("k3", "k2")
 
 
 def _divergence(lp_clean: torch.Tensor, lp_pert: torch.Tensor, kind: str) -> torch.Tensor:
-    x = lp_pert - lp_clean
-    if kind == "k3":
-        return torch.expm1(x) - x
-    return 0.5 * x * x
+    """D = k(lp_P − lp_{P+ξ}) from the kernels' one estimator table (`kl.kl_estimate`):
+    KL(π_P ‖ π_{P+ξ}) on the tokens π_P sampled; both sides stay differentiable."""
+    return kl_estimate(lp_clean - lp_pert, kind)
 
 
 def tasco_loss(logp: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, copy_index: torch.Tensor,

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import torch
 
-from policylab.kernels.checks import check_finite, check_mask, check_same_shape, float_mask
 from policylab.kernels.advantages import grpo
+from policylab.kernels.checks import check_finite, check_mask, check_same_shape, float_mask
+from policylab.kernels.objectives.terms import masked_nll
 from policylab.errors import PolicylabError, ShapeError
 
 ERR_LEVELS = ("token", "response")
@@ -121,19 +122,7 @@ def ttpo_advantages(rewards: torch.Tensor, group: torch.Tensor, rl_mask: torch.T
     return (float(rl_coef) * a).unsqueeze(-1) * float_mask(rl_mask, a.dtype)
 
 
-def self_distill_nll(logp: torch.Tensor, mask: torch.Tensor, *, coef: float) -> torch.Tensor:
-    """TTPO's self-distillation term, `[B, T]` (not aggregated):
-
-        ℓ(i, t) = −coef · lp(i, t)   where mask(i, t) (the distillation set), else exactly 0
-
-    Minimizing it raises the probability of the model's own majority-agreeing tokens
-    (supervised fine-tuning on self-generated targets). Differentiable through `logp` at
-    the masked tokens only; NaN/inf stored elsewhere cannot reach the loss or gradient."""
-    check_mask(mask, "mask")
-    if logp.dim() != 2:
-        raise ShapeError(f"`logp` must be [B, T], got {tuple(logp.shape)}")
-    check_same_shape("logp", logp, mask=mask)
-    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
-        raise PolicylabError(f"`coef` must be a number >= 0, got {coef!r}")
-    check_finite(logp.detach(), "logp", mask)
-    return -float(coef) * torch.where(mask, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+# TTPO's self-distillation term is the library's masked NLL (objectives.terms):
+#     ℓ(i, t) = −coef · lp(i, t)   where mask(i, t) (the distillation set), else exactly 0
+# Minimizing it raises the probability of the model's own majority-agreeing tokens.
+self_distill_nll = masked_nll

@@ -16,7 +16,7 @@ from policylab.methods.context import Sampled, StageContext
 from policylab.methods.loss import policy_loss, tensor_inputs
 from policylab.methods.spec import Method, Stage
 from policylab.trainer.rollout import apply_changes
-from policylab.learn.figures import RUN, T
+from policylab.learn.figures.model import RUN, T
 
 F64 = torch.float64
 

@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from policylab.learn.figures import Figure, Panel, alt_text, series_id
+from policylab.learn.figures.model import Figure, Panel, alt_text, series_id
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255")
 DASHES = ("-", (0, (5, 1.5)), (0, (1.2, 1.2)), (0, (6, 1.5, 1.2, 1.5)))
@@ -215,6 +215,11 @@ def _finish(text: str, fig: Figure, lang: str) -> str:
 
 
 _CACHE: dict[tuple[str, str], str] = {}
+
+
+def clear_cache() -> None:
+    """Forget every SVG drawn so far (the next `svg` call draws again)."""
+    _CACHE.clear()
 
 
 def svg(fig: Figure, lang: str) -> str:

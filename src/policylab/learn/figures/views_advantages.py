@@ -7,7 +7,7 @@ import torch
 
 from policylab.kernels import advantages as A
 from policylab.methods.spec import Method
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, advantages, bare_batch, grid
 
 ADV = T("advantage A", "优势 A")

@@ -10,7 +10,7 @@ import torch
 
 from policylab.kernels import corrections as C
 from policylab.methods.spec import Method
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import (
     COEF,
     ENGINE_RATIO,

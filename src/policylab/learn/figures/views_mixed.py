@@ -14,7 +14,7 @@ import torch
 
 from policylab.methods.loss import policy_loss, tensor_inputs
 from policylab.methods.spec import Method
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import COEF, F64, grid, objective_only, stage_context
 
 _PRODUCER = {"native": "policy", "demonstration": "solver", "gold": "solver", "expert": "solver",

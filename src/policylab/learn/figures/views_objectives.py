@@ -12,7 +12,7 @@ import torch
 from policylab.kernels import aggregate as agg
 from policylab.methods.loss import policy_loss, tensor_inputs, term_masks
 from policylab.methods.spec import Method
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import COEF, F64, SAME_RATIO, coefficient, grid, objective_only, variant_label
 
 

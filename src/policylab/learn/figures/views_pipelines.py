@@ -16,7 +16,7 @@ import torch
 from policylab.methods.spec import Method
 from policylab.methods.stages.advantages import token_rewards
 from policylab.trainer.rollout import apply_changes
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, advantages, bare_batch, grid, stage_context
 
 POS = T("position t in the response", "回答中的位置 t")

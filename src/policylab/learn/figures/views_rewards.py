@@ -11,7 +11,7 @@ from policylab.kernels.filters import dynamic_sampling_keep
 from policylab.methods.spec import Method
 from policylab.kernels.rewards.verifiers import exact_numeric_reward
 from policylab.kernels.rewards.graded import parse_dimensions
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, bare_batch, reward_stage, stage_context, stage_named
 
 REWARD = T("reward", "奖励")

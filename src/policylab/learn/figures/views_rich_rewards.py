@@ -20,7 +20,7 @@ from policylab.methods.spec import Method
 from policylab.kernels.rewards import critic_reward as crit
 from policylab.kernels.rewards import runtime as rt
 from policylab.kernels.rewards.verifiers import exact_numeric_reward
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, bare_batch, grid, reward_stage, stage_context, stage_named
 
 REWARD = T("reward", "奖励")

@@ -11,10 +11,8 @@ from policylab.kernels.objectives import conspo as conspo_k
 from policylab.kernels.objectives import erpo as erpo_k
 from policylab.kernels.objectives import reco as reco_k
 from policylab.kernels.objectives import rlid as rlid_k
-from policylab.kernels.objectives import stare as stare_k
 from policylab.kernels.objectives import tlm_dre as tlm_k
-from policylab.kernels.objectives import zcpo as zcpo_k
-from policylab.learn.figures import RUN, Mark, Panel, Series, T, view
+from policylab.learn.figures.model import RUN, Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, advantages, bare_batch, grid
 
 

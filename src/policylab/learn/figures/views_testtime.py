@@ -14,7 +14,7 @@ from policylab.methods.loss import tensor_inputs
 from policylab.methods.spec import Method
 from policylab.trainer.rollout import apply_changes
 from policylab.kernels.testtime import probe as PR
-from policylab.learn.figures import Mark, Panel, Series, T, view
+from policylab.learn.figures.model import Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, bare_batch, grid, stage_context, stage_named
 
 WEIGHT = T("weight on ∇log π of the token", "该词元 ∇log π 上的权重")
