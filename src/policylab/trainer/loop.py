@@ -81,7 +81,7 @@ class Trainer:
         self.critic, self.critic_opt = self.backends.critic, self.backends.critic_optimizer
         self.ref_model = self.backends.ref_model
         self.task = build_task(cfg.task, seed=cfg.seed)
-        self.score = scorer(self.task.reward_fn, extra_rewards(cfg.task.extra_rewards))
+        self.extra_rewards = extra_rewards(cfg.task.extra_rewards)
         self.total_opt_steps = cfg.train.steps * cfg.train.epochs * cfg.train.minibatches
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed + 17)
         self.step = 0
@@ -112,6 +112,11 @@ class Trainer:
         groups = list(range(self.prompt_counter, self.prompt_counter + n))
         self.prompt_counter += n
         return groups
+
+    def score(self, texts: list[str], examples: list):
+        """The reward protocol of this run (`methods.stages.rewards.scorer`): the task's
+        verifier (read at call time) plus the configured shaping functions."""
+        return scorer(self.task.reward_fn, self.extra_rewards)(texts, examples)
 
     def context(self, tag: str = "") -> StageContext:
         """The trainer's services for this step, as stages see them."""
