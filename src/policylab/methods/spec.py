@@ -36,132 +36,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
 
 
-STAGE_KINDS = ("model", "source", "reward", "filter", "round", "advantage", "objective", "correction", "addend",
-               "term", "grad", "poststep", "after")
-ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
-# optional backend calls a stage may declare in `Stage.needs` (every backend has the core ones:
-# rollout generate/decode/sync_weights, worker role_logprobs/values)
-CAPABILITIES = {
-    "rollout.greedy": "greedy decoding of prompts (e.g. ReMax's baseline, probes, retention answers)",
-    "worker.logprobs_at": "the current policy's log-probs of given candidate ids at every response position",
-    "worker.vocab_stats": "full-vocabulary entropy (and KL to the reference) at every response position",
-    "worker.prompt_logprobs": "a role's log-probs of the prompt tokens",
-    "worker.continuation_logprobs": "the policy's log-probability of a continuation after each reply",
-}
-
-
 from policylab.methods.param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
     Param, ParamError, Params, ParamView, non_negative, positive, unit_interval)
-
-
-# ----------------------------------------------------------------------------- run shape
-
-
-@dataclass(frozen=True)
-class RunShape:
-    """The parts of a run's configuration that a method may check or resolve defaults
-    from (never the config object itself)."""
-
-    prompts_per_step: int = 4
-    group_size: int = 8
-    max_new_tokens: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    epochs: int = 1
-    minibatches: int = 1
-    staleness: int = 0
-    engine_differs: bool = False  # the rollout engine's numerics are not the trainer's (e.g. bf16)
-
-    @property
-    def single_update(self) -> bool:
-        """Each batch gets exactly one optimizer step, at the weights that sampled it."""
-        return self.epochs == 1 and self.minibatches == 1 and self.staleness == 0
-
-
-# ----------------------------------------------------------------------------- stages
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One step of a method.
-
-    fn        the function the trainer calls; its signature depends on `kind` (see the
-              module doc and `policylab.methods.stages`)
-    kernels   the pure policylab kernels it calls (cards and `explain` show their
-              equations and source locations)
-    params    the parameter names it reads (checked against the method's `Param`s)
-    reads     batch fields / roles it reads; a role listed here makes the trainer run
-              that role's pass
-    writes    batch fields it writes (checked when the stage returns)
-    active    params -> bool: whether the stage runs for these parameters (default: always)
-    inert_at_zero_adv  objectives: a row with A = 0 on every counted token adds exactly 0
-              to loss and gradient (lets the trainer leave such rows out of the forward)
-    row_coupling  objectives: "none" (rows independent) or "group" (the loss of a row
-              depends on the other rows of its group: micro-batches keep groups whole)
-    term_mask, term_aggregation  terms: (batch, params) -> the [B, T] mask the term is
-              aggregated over, and its aggregation mode (normalizer computed once per
-              optimizer step over that mask)
-    needs     optional backend calls the stage makes (names from CAPABILITIES); the
-              stage's context exposes only these beyond the core calls
-    """
-
-    kind: str
-    fn: Callable
-    name: str = ""
-    kernels: tuple[Callable, ...] = ()
-    params: tuple[str, ...] = ()
-    reads: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
-    active: Callable[[Params], bool] | None = None
-    inert_at_zero_adv: bool = False
-    row_coupling: str = "none"
-    term_mask: Callable | None = None
-    term_aggregation: str | None = None
-    needs: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        if self.kind not in STAGE_KINDS:
-            raise ValueError(f"stage kind must be one of {STAGE_KINDS}, got {self.kind!r}")
-        if self.row_coupling not in ("none", "group"):
-            raise ValueError(f"row_coupling must be 'none' or 'group', got {self.row_coupling!r}")
-        if not self.name:
-            object.__setattr__(self, "name", getattr(self.fn, "__name__", "stage").lstrip("_"))
-        unknown = [c for c in self.needs if c not in CAPABILITIES]
-        if unknown:
-            raise ValueError(f"stage {self.name}: unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
-        if self.kind == "term" and (self.term_mask is None or self.term_aggregation is None):
-            raise ValueError(f"term stage {self.name}: needs term_mask and term_aggregation")
-
-    def is_active(self, params: Params) -> bool:
-        return self.active is None or bool(self.active(params))
-
-    def where(self) -> list[tuple[str, str, int]]:
-        """(qualified name, file relative to the package root, line) of the stage function
-        and of each kernel."""
-        return [source_location(f) for f in (self.fn, *self.kernels)]
-
-
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds `policylab/`
-
-
-def source_location(fn: Callable) -> tuple[str, str, int]:
-    fn = inspect.unwrap(fn)
-    try:
-        src = Path(inspect.getsourcefile(fn)).resolve()
-        path = src.relative_to(PACKAGE_ROOT).as_posix() if src.is_relative_to(PACKAGE_ROOT) else str(src)
-        line = inspect.getsourcelines(fn)[1]
-    except (TypeError, OSError):
-        path, line = "?", 0
-    return f"{fn.__module__}.{fn.__qualname__}", path, line
+from policylab.methods.stage import (  # noqa: F401  (re-exported: the spec's public names)
+    CAPABILITIES, PACKAGE_ROOT, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage, source_location)
 
 
 @dataclass(frozen=True)
