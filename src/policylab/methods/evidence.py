@@ -24,8 +24,6 @@ _MISMATCH = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with the 
              "it weighted or masked; rewards within noise of the uncorrected run at this scale)")
 _REAL_12B = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer, finite metrics "
              "(benchmarks/results/methods_real_graded_and_geometry.md); no learning claim")
-_TINY_ONLY = ("kernel verified; trainer steps on a tiny random Llama in the test suite (invariants on real tensors); "
-              "not yet run on SmolLM2-135M-Instruct: no real-model numbers")
 _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with staleness 2: 8 steps against the "
           "uncorrected run, same seed (benchmarks/results/offpolicy.md); no learning claim at this scale")
 

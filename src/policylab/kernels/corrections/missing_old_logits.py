@@ -36,12 +36,8 @@ import torch
 from policylab.batch import HOW_TO_PRODUCE
 from policylab.errors import MissingQuantityError
 from policylab.kernels.corrections.common import check_roles, masked_log_ratio
-from policylab.kernels.corrections.icepop import icepop
-from policylab.kernels.corrections.kpop import kpop
-from policylab.kernels.corrections.tis import tis
 
 _METHOD = "missing_old_logits"
-_CORRECTIONS = {"tis": tis, "icepop": icepop, "kpop": kpop}
 
 
 @dataclass(frozen=True)

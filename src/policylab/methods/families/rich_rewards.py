@@ -33,10 +33,6 @@ _ROLES = dict(
 )
 
 
-def _unit_open(v) -> str | None:
-    return None if 0 < v < 1 else "must be in (0, 1)"
-
-
 register(policy_gradient_method(
     "rlcr",
     Card(

@@ -1,48 +1,5 @@
-"""`RolloutBatch`: one batch of sampled sequences with the provenance of every token.
-
-Layout (B sequences, L = P + T positions):
-
-    tokens          [B, L]  long   left-padded prompt (P columns) then the response (T columns)
-    attention_mask  [B, L]  bool   True = a real token (prompt or response), False = padding
-    loss_mask       [B, T]  bool   True = this response position counts in every loss,
-                                   reduction and statistic; the one combined mask
-    response positions are tokens[:, P:], P = `prompt_width`
-
-Every `[B, T]` tensor is aligned with the response columns: entry (i, t) is about the
-token tokens[i, P + t]. Log-probs are stored by role (docs/conventions.md rule 1):
-
-    logp_behavior   the distribution that actually emitted the token (rollout engine)
-    logp_old        the training-side policy at the sampling weights
-    logp_ref        the KL anchor
-    logp_current    the learner at the start of the update round (detached; for weights
-                    that are frozen for the round, e.g. GMC, SIS, GGPO)
-
-A method names the fields it needs (`require`); a batch without one is refused with a
-`MissingQuantityError` that says how to produce it. Nothing is ever zero-filled.
-
-Provenance (docs/conventions.md rule 9). Every sequence carries
-
-    source          what kind of producer wrote it: native (the learner's own rollout engine
-                    on the deployment prompt), demonstration, gold, guided (an expert prefix
-                    continued by the learner), expert, peer:<model>, external, hinted (the
-                    learner conditioned on a privileged hint), perturbed (a copy of a learner
-                    reply re-scored under a perturbed context, e.g. TASCO's prefix copies: the
-                    tokens and their behavior log-probs are the clean reply's)
-    producer        the identity of what produced it: "policy" (the learner's weights at
-                    `policy_version`), "solver:<task>" (a task's own solver), a peer or
-                    external model's identity, "policy+solver:<task>" for guided rows
-    behavior_mask   [B, T] bool (None: everywhere): True where `logp_behavior` is the
-                    log-prob of the distribution that emitted the token. A deterministic
-                    producer (a solver writing its solution) emits its text with probability
-                    1, so its rows hold log-prob 0.0 there, exactly. Where the mask is False
-                    (a peer whose tokenization differs from the learner's) the value is a
-                    0.0 placeholder that `require("logp_behavior")` refuses to hand out.
-
-A native row is produced by "policy" and has a recorded behavior log-prob. Provenance is
-never rewritten: `replace` refuses any change of a row's source except native -> another
-kind (a sequence that turned out not to come from the deployment context), and no path of
-this module turns a non-native row into a native one (`ProvenanceError`).
-"""
+"""`RolloutBatch` and `concat_batches` (the layout and the provenance rules are in the
+package docstring, `policylab.batch`)."""
 
 from __future__ import annotations
 
@@ -51,100 +8,18 @@ from dataclasses import dataclass, field
 
 import torch
 
+from policylab.batch.provenance import HOW_TO_PRODUCE, LEARNER, SOURCE_KINDS, ProvenanceError, source_kind
+from policylab.batch.sampling import SamplingSettings
+from policylab.errors import MissingQuantityError, ShapeError
 from policylab.kernels.checks import check_finite, check_mask, group_index
-from policylab.errors import MissingQuantityError, PolicylabError, ShapeError
-
-SOURCE_KINDS = ("native", "demonstration", "gold", "guided", "expert", "peer", "external", "hinted", "perturbed")
-LEARNER = "policy"  # the producer id of the learner's own weights
-
-
-class ProvenanceError(PolicylabError):
-    """A source label that is not a known kind, a producer that does not fit its source,
-    or an attempt to rewrite the provenance of collected sequences (in particular to
-    relabel a non-native sequence as native)."""
-
-
-def source_kind(label: str) -> str:
-    """The kind of a source label: "peer:<model>" -> "peer"; refuses unknown labels."""
-    if not isinstance(label, str):
-        raise ProvenanceError(f"a source label must be a string, got {type(label).__name__}")
-    kind, sep, model = label.partition(":")
-    if kind == "peer":
-        if not sep or not model:
-            raise ProvenanceError(f"source {label!r}: a peer source names its model, e.g. 'peer:checkpoint-7'")
-        return "peer"
-    if sep or kind not in SOURCE_KINDS:
-        kinds = ", ".join("peer:<model>" if k == "peer" else k for k in SOURCE_KINDS)
-        raise ProvenanceError(f"unknown source {label!r}; sources are {kinds}")
-    return kind
-
-
-def is_native(label: str) -> bool:
-    return source_kind(label) == "native"
-
-# How to produce each optional quantity, quoted by MissingQuantityError.
-HOW_TO_PRODUCE = {
-    "logp_behavior": "Record it in the rollout engine at sampling time (policylab.engines.hf "
-    "does, under the sampler's temperature/top-k/top-p); it cannot be rebuilt later unless "
-    "the exact behavior engine and weights are kept.",
-    "logp_old": "Recompute it with the training forward at the sampling weights "
-    "(policylab.models.logprobs.token_logprobs) before the first update; never pass `logp` or "
-    "`logp_behavior` in its place.",
-    "logp_ref": "Run the reference model's forward over the batch (the trainer loads a "
-    "reference model when a KL term is configured).",
-    "logp_current": "Run the learner's forward (no grad) at the start of the update round; "
-    "the trainer does so for methods that declare it.",
-    "values": "Run the critic over the batch at rollout time (methods `ppo` and `vapo` "
-    "train a value head).",
-    "rewards": "Score the responses with a reward function (policylab.kernels.rewards).",
-    "token_rewards": "Build per-token rewards, e.g. the outcome reward at the last valid "
-    "token plus any per-token KL shaping.",
-    "reward_vectors": "Score each response with D reward functions and stack them [B, D].",
-    "reward_intervals": "Have the judge emit a [low, high] interval per response.",
-    "greedy_rewards": "Decode each prompt greedily with the current weights and score it "
-    "with the same reward function (ReMax).",
-}
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """How the behavior engine turned logits into the sampled token.
-
-    Log-probs used in ratios must be computed under the same transform (logits / T,
-    then renormalized over the top-k / top-p kept set)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 = no top-k truncation
-    # () = the whole vocabulary; otherwise the only token ids the sampler may emit (a menu of
-    # single-token labels): logits outside it are -inf before the softmax, in the engines and
-    # in every log-prob computed for the batch (`policylab.models.logprobs.restrict_to`)
-    allowed_ids: tuple[int, ...] = ()
-
-    def __post_init__(self):
-        if not self.temperature > 0:
-            raise ValueError(
-                f"temperature must be > 0, got {self.temperature} (greedy decoding is not a "
-                "distribution; use do_sample=False in the engine and no logprob ratios)"
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        ids = self.allowed_ids
-        if not isinstance(ids, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
-            raise ValueError(f"allowed_ids must be a tuple of token ids >= 0 (() = no restriction), got {ids!r}")
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"allowed_ids lists a token id twice: {ids}")
-        if len(ids) == 1:
-            raise ValueError(f"allowed_ids {ids} leaves one token: that is not a distribution to sample from")
-        if ids and (self.top_k > 0 or self.top_p < 1.0):
-            raise ValueError("allowed_ids (a menu restriction) cannot be combined with top_k / top_p truncation: "
-                             "set top_k=0 and top_p=1.0")
 
 
 _BT_FLOAT = ("logp_behavior", "logp_old", "logp_ref", "logp_current", "values", "token_rewards")
+
+
 BT_FIELDS = _BT_FLOAT + ("behavior_mask",)  # every [B, T] field (trimmed and padded with the response columns)
+
+
 _B_FIELDS = ("rewards", "greedy_rewards")
 
 
