@@ -28,7 +28,7 @@ def main() -> int:
 
         st.save_file = save_file
     elif kind == "disk-free":
-        import policylab.trainer.checkpoint as ck
+        import policylab.trainer.run_dir as ck
 
         ck._free_bytes = lambda path: int(arg)
     else:

@@ -213,7 +213,7 @@ def _plain_eval(res):
 
 
 def _convert(args) -> int:
-    from policylab.trainer.checkpoint import convert_legacy
+    from policylab.trainer.legacy import convert_legacy
 
     for p in convert_legacy(args.run_dir, trust=args.i_trust_this_file):
         print(f"converted {p}: state.json + state.safetensors written (state.pt left in place, no longer read)")

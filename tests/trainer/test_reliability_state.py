@@ -232,7 +232,7 @@ def test_latest_outside_the_run_is_never_followed(tiny_model_dir, tmp_path):
     (tr.run_dir / "checkpoints").symlink_to(other, target_is_directory=True)
     with pytest.raises(CheckpointError, match="is a link"):
         latest_checkpoint(tr.run_dir)
-    from policylab.trainer.checkpoint import preflight
+    from policylab.trainer.run_dir import preflight
 
     with pytest.raises(CheckpointError, match="is a link"):
         preflight(tr.run_dir)

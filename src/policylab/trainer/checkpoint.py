@@ -28,36 +28,19 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from policylab.trainer import safestate
-from policylab.errors import CheckpointError, NonFiniteError, RunDirError
+from policylab.errors import CheckpointError, NonFiniteError
 
 STEP_RE = re.compile(r"step_[0-9]{1,12}")
 LEGACY_STATE = "state.pt"
 TRUST_FLAG = "--i-trust-this-file"
-
-
-def rng_state() -> dict:
-    """Every global RNG the run touches: python, numpy, torch CPU."""
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 def _state_dict_for_save(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -125,7 +108,7 @@ def save_checkpoint(run_dir: Path, step: int, models: dict[str, torch.nn.Module]
     Refused (CheckpointError / NonFiniteError, LATEST unchanged, no stray directory): weights
     with NaN or inf, a full disk, a directory that cannot be written."""
     root = Path(run_dir) / "checkpoints"
-    _not_a_link(root)
+    refuse_link(root)
     name = step_name(step)
     previous = latest_name_or_none(run_dir)
     kept = f"the previous checkpoint {previous} is intact (LATEST unchanged)" if previous else "no earlier checkpoint exists"
@@ -175,7 +158,7 @@ def save_checkpoint(run_dir: Path, step: int, models: dict[str, torch.nn.Module]
 
 
 # ------------------------------------------------------------------------------ reading
-def _root(run_dir: Path) -> Path:
+def checkpoints_root(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
@@ -192,13 +175,13 @@ def _inside(root: Path, name: str) -> Path:
     return path
 
 
-def _not_a_link(root: Path) -> None:
+def refuse_link(root: Path) -> None:
     if root.is_symlink():
         raise CheckpointError(f"{root} is a link; a run's checkpoints/ must be a directory inside the run")
 
 
 def latest_name_or_none(run_dir: Path) -> str | None:
-    pointer = _root(run_dir) / "LATEST"
+    pointer = checkpoints_root(run_dir) / "LATEST"
     try:
         name = pointer.read_text().strip()
     except (OSError, UnicodeDecodeError):
@@ -208,7 +191,7 @@ def latest_name_or_none(run_dir: Path) -> str | None:
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """The run's step directories (by name, oldest first); links out of the run are left out."""
-    root = _root(run_dir)
+    root = checkpoints_root(run_dir)
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir()
@@ -275,8 +258,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     directories are ignored. LATEST must name a step directory inside the run's
     `checkpoints/`; an old-format checkpoint raises CheckpointError with the command that
     converts it."""
-    root = _root(run_dir)
-    _not_a_link(root)
+    root = checkpoints_root(run_dir)
+    refuse_link(root)
     pointer = root / "LATEST"
     if not pointer.is_file():
         return None
@@ -294,7 +277,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def checkpoint_from(run_dir: Path, spec: str) -> Path:
     """The checkpoint `--from SPEC` names: step_000004, step_4 or 4 (inside the run only)."""
-    root = _root(run_dir)
+    root = checkpoints_root(run_dir)
     s = str(spec).strip()
     digits = s[5:] if s.startswith("step_") else s
     if not digits.isdigit() or len(digits) > 12:
@@ -348,105 +331,3 @@ def load_checkpoint(path: Path, models: dict[str, torch.nn.Module], run_dir: Pat
     return state
 
 
-# --------------------------------------------------------------------------- housekeeping
-def clean_stray(run_dir: Path) -> list[str]:
-    """Remove what an interrupted checkpoint write left behind (`.tmp-step_*` directories,
-    `.LATEST.tmp`); return the names removed."""
-    root = _root(run_dir)
-    if not root.is_dir():
-        return []
-    removed = []
-    for p in sorted(root.iterdir()):
-        if p.name.startswith(".tmp-step_") and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p.name)
-        elif p.name == ".LATEST.tmp" and p.is_file():
-            p.unlink()
-            removed.append(p.name)
-    return removed
-
-
-def checkpoint_bytes(models: dict[str, torch.nn.Module], optimizers=()) -> int:
-    """Bytes one checkpoint takes: every model's (deduplicated) tensors, plus the optimizer
-    state the optimizers will hold (AdamW: two moments per trainable parameter)."""
-    total = 0
-    for model in models.values():
-        seen = set()
-        for t in model.state_dict().values():
-            key = t.untyped_storage().data_ptr()
-            if key not in seen:
-                seen.add(key)
-                total += t.numel() * t.element_size()
-    for opt in optimizers:
-        for group in opt.param_groups:
-            for p in group["params"]:
-                total += 2 * p.numel() * p.element_size() + 8
-    return total
-
-
-def _free_bytes(path: Path) -> int:
-    return shutil.disk_usage(path).free
-
-
-def preflight(run_dir: Path, need_bytes: int | None = None) -> None:
-    """Before step 1: the run directory and its checkpoints/ can be written (a probe file is
-    created and removed) and, given `need_bytes`, the disk has room for one checkpoint.
-    Raises RunDirError with what to change."""
-    run_dir = Path(run_dir)
-    root = _root(run_dir)
-    _not_a_link(root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
-        os.close(fd)
-        os.unlink(probe)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=run_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        raise RunDirError(
-            f"run directory {run_dir} cannot be written ({why}: {exc.filename or root}); nothing was trained. "
-            "Choose a writable run_dir (--set run_dir=...)"
-        ) from None
-    if need_bytes:
-        free = _free_bytes(root)
-        if free < need_bytes:
-            raise RunDirError(
-                f"not enough disk space for a checkpoint in {root}: one needs about {need_bytes / 2**20:.0f} MiB, "
-                f"{free / 2**20:.0f} MiB are free; nothing was trained. Free some space or choose another run_dir"
-            )
-
-
-def convert_legacy(run_dir: Path, *, trust: bool) -> list[Path]:
-    """Rewrite every old-format checkpoint of the run (state.pt, a pickle) as state.json +
-    state.safetensors. Unpickling can run arbitrary code, so this needs `trust=True` (the
-    CLI's --i-trust-this-file). The state.pt files are left in place (no longer read)."""
-    run_dir = Path(run_dir)
-    todo = [p for p in list_checkpoints(run_dir)
-            if (p / LEGACY_STATE).is_file() and not (p / safestate.JSON_NAME).exists()]
-    if not todo:
-        raise CheckpointError(f"{run_dir} has no old-format checkpoint to convert")
-    if not trust:
-        raise CheckpointError(
-            f"converting {', '.join(p.name for p in todo)} unpickles {LEGACY_STATE}, which runs any code the file "
-            f"contains; pass {TRUST_FLAG} only if you trust where {run_dir} came from"
-        )
-    done = []
-    for p in todo:
-        try:
-            state = torch.load(p / LEGACY_STATE, weights_only=False)
-        except Exception as exc:  # a damaged pickle: name the file
-            raise CheckpointError(f"{p / LEGACY_STATE} cannot be read ({type(exc).__name__}: {exc})") from None
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=p))
-        try:
-            written = safestate.save_state(state, tmp)
-            for f in written:
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-            os.replace(tmp / safestate.TENSORS_NAME, p / safestate.TENSORS_NAME)
-            os.replace(tmp / safestate.JSON_NAME, p / safestate.JSON_NAME)  # last: marks the step converted
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        done.append(p)
-    return done

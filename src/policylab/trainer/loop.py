@@ -25,7 +25,7 @@ from policylab.backends import require_capabilities
 from policylab.backends.build import build_local
 from policylab.backends.update import StepHooks
 from policylab.batch import RolloutBatch
-from policylab.trainer.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from policylab.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from policylab.trainer.config import RunConfig
 from policylab.errors import PolicylabError
 from policylab.methods.context import StageContext
@@ -34,7 +34,7 @@ from policylab.methods.spec import RunShape
 from policylab.methods.stages.rewards import scorer
 from policylab.trainer import memory, runtime
 from policylab.trainer.rollout import apply_changes, collect, sampling_from
-from policylab.trainer.support import load_run_config, save_config, seed_everything  # noqa: F401  (re-exported)
+from policylab.trainer.support import load_run_config, rng_state, save_config, seed_everything, set_rng_state  # noqa: F401
 
 
 def _local_backends(method, controllers, trainer):

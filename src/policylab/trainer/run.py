@@ -9,23 +9,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from policylab.trainer.checkpoint import (
-    checkpoint_bytes,
-    checkpoint_from,
-    clean_stray,
-    damaged,
-    latest_checkpoint,
-    load_checkpoint,
-    preflight,
-    verify_checkpoint,
-)
+from policylab.trainer.checkpoint import checkpoint_from, damaged, latest_checkpoint, load_checkpoint, verify_checkpoint
 from policylab.errors import CheckpointError, ConfigError, NonFiniteError, RunInterrupted
 from policylab.trainer.config import RunConfig
 from policylab.trainer.loop import Trainer
 from policylab.trainer.memory import check_eval
 from policylab.trainer.report import evaluate_and_print, make_console, print_note, print_report, read_report, summary, \
     write_report
-from policylab.trainer.run_dir import check_new_run_dir, remove_previous
+from policylab.trainer.run_dir import check_new_run_dir, checkpoint_bytes, clean_stray, preflight, remove_previous
 from policylab.trainer.runlog import RunLog, write_plots
 from policylab.trainer.support import save_config
 

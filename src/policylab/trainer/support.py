@@ -18,6 +18,21 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def rng_state() -> dict:
+    """Every global RNG the run touches: python, numpy, torch CPU."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
 def save_config(cfg: RunConfig, run_dir: Path) -> None:
     """Write run_dir/config.yaml atomically (a temporary file renamed into place)."""
     run_dir = Path(run_dir)
