@@ -124,8 +124,8 @@ def make_bank(tmp_path):
 @pytest.fixture(scope="session")
 def real_site(tmp_path_factory):
     """The package's site as it stands, built once per test session (methods without a
-    bank file yet are left out; the completeness tests in test_real_bank.py and
-    test_figures.py fail for them)."""
+    bank file yet are left out; the completeness tests in test_shipped_lessons.py fail
+    for them)."""
     from policylab.learn import site
 
     out = tmp_path_factory.mktemp("real-site")

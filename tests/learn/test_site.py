@@ -216,7 +216,7 @@ def test_site_build_is_strict_about_missing_methods(tmp_path):
 
 def test_real_site_numbers_equal_fresh_computation(real_site):
     """The package's bank as it stands (methods without a file yet are left out here; the
-    completeness tests in test_real_bank.py fail for them)."""
+    completeness tests in test_shipped_lessons.py fail for them)."""
     built = sorted(p.name for p in real_site.glob("method-*.html"))
     have = sorted(f"method-{p.stem}.html" for p in bank.BANK_DIR.glob("*.yaml"))
     assert built == have

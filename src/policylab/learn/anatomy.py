@@ -17,7 +17,7 @@ import inspect
 from dataclasses import dataclass
 
 from policylab import methods
-from policylab.methods.spec import PACKAGE_ROOT, Method, source_location
+from policylab.methods.spec import PACKAGE_ROOT, Method, source_location  # noqa: F401  (PACKAGE_ROOT: read by the site)
 
 # the stage kinds whose kernels carry the method's math, in pipeline order
 MATH_KINDS = ("reward", "filter", "round", "advantage", "objective", "correction", "addend", "term", "grad")

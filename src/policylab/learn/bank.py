@@ -2,6 +2,7 @@
 strictly, run every worked example and fill the `{placeholders}` with the live numbers.
 
     build_bank(lang=None)  -> [MethodEntry]   one per method with a bank file, four questions each
+    has_lesson(name)       -> bool            whether the method has a bank file
     topics(lang=None)      -> Topics          reading order + cross-method questions
     metric_bank(lang=None) -> {metric: [Question]}   the metric cards' questions (learn.metric_questions)
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from policylab import methods
+from policylab.learn.lessons import is_shipped
 from policylab.learn.metric_questions import METRIC_BANK_DIR, metric_bank
 from policylab.learn.questions import (
     CATEGORIES,
@@ -46,7 +48,7 @@ BANK_DIR = HERE / "bank"
 TOPICS_PATH = HERE / "topics.yaml"
 
 __all__ = ["BANK_DIR", "CATEGORIES", "LANGS", "METRIC_BANK_DIR", "TOPICS_PATH", "BankError", "Example",
-           "MethodEntry", "Question", "ReadingStep", "Topics", "build_bank", "fill", "metric_bank",
+           "MethodEntry", "Question", "ReadingStep", "Topics", "build_bank", "fill", "has_lesson", "metric_bank",
            "placeholders", "render_value", "topics"]
 
 
@@ -93,8 +95,10 @@ def build_bank(lang: str | None = None, *, bank_dir: Path | str | None = None,
     lang: None keeps both languages in each text dict, "en"/"zh" keeps one (both are
     always validated). bank_dir / examples: injectable for tests (default: the package's
     `learn/bank/` and `learn.examples.EXAMPLES`). only: restrict to these methods (each
-    must be registered). complete: a method without a bank file is an error; with
-    complete=False such methods are left out. Raises `BankError` listing every problem."""
+    must be registered). complete: a method without a bank file is an error when the
+    project ships it (`learn.lessons`) or `only` names it; a method registered elsewhere
+    without one is left out (it has no lesson yet), and with complete=False every method
+    without a file is. Raises `BankError` listing every problem."""
     check_lang(lang)
     bank_dir = Path(bank_dir) if bank_dir is not None else BANK_DIR
     examples = default_examples(examples)
@@ -109,7 +113,7 @@ def build_bank(lang: str | None = None, *, bank_dir: Path | str | None = None,
     entries, seen = [], {}
     for name in wanted:
         if name not in files:
-            if complete:
+            if complete and (only is not None or is_shipped(name)):
                 errors.append(f"method {name!r} has no bank file (expected {bank_dir / (name + '.yaml')})")
             continue
         entry = _parse_method_file(files[name], examples, errors)
@@ -123,6 +127,13 @@ def build_bank(lang: str | None = None, *, bank_dir: Path | str | None = None,
     if errors:
         raise BankError(errors)
     return [MethodEntry(e.name, e.method, tuple(in_lang(q, lang) for q in e.questions), e.file) for e in entries]
+
+
+def has_lesson(name: str, bank_dir: Path | str | None = None) -> bool:
+    """Whether the registered method `name` has a bank file (in `bank_dir`, default the
+    package's `learn/bank/`)."""
+    bank_dir = Path(bank_dir) if bank_dir is not None else BANK_DIR
+    return (bank_dir / f"{methods.get(name).name}.yaml").is_file()
 
 
 # ----------------------------------------------------------------------------- topics

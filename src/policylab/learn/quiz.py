@@ -4,7 +4,8 @@
                                               reader's answer from stdin (EOF-safe, works
                                               piped), reveal the answer and run the example
     explain(name, lang="en")                  the card, the formulas and every question with
-                                              its worked example computed now
+                                              its worked example computed now ("no lesson
+                                              yet" for a method registered outside policylab)
     write_plot(name, path, lang="en")         the method's figure (the site's), computed now
 
 The formula lines are the equation blocks of the docstrings of the kernels the method's
@@ -21,17 +22,20 @@ from typing import TextIO
 from policylab import methods
 from policylab.errors import PolicylabError
 from policylab.methods.cards import card_text
-from policylab.learn import anatomy, bank
+from policylab.learn import anatomy, bank, lessons
 
 UI = {
     "en": dict(prompt="Your answer (finish with an empty line or Ctrl-D):", yours="Your answer", skipped="(no answer given)",
                answer="Answer", example="Worked example", numbers="live numbers, computed now by {call}:", formula="Formula",
                questions="Questions", cat=dict(basics="basics", mechanism="mechanism", comparison="comparison",
-                                               implementation="implementation"), vs="vs", empty="the question bank is empty"),
+                                               implementation="implementation"), vs="vs", empty="the question bank is empty",
+               no_lesson="{name} has no lesson yet (it was registered outside policylab): no questions to ask about it",
+               no_figure="{name} has no lesson yet (it was registered outside policylab): no figure to plot"),
     "zh": dict(prompt="你的回答（以空行或 Ctrl-D 结束）：", yours="你的回答", skipped="（未作答）", answer="答案",
                example="计算示例", numbers="实时数值（刚由 {call} 计算）：", formula="公式", questions="问题",
                cat=dict(basics="基础", mechanism="机制", comparison="比较", implementation="实现"), vs="对比",
-               empty="题库为空"),
+               empty="题库为空", no_lesson="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可问的问题",
+               no_figure="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可画的图"),
 }
 
 
@@ -84,6 +88,8 @@ def _read_answer(stdin: TextIO | None) -> str:
 def _pool(method: str | None, lang: str, bank_dir=None, examples=None, topics_path=None) -> list[bank.Question]:
     if method is not None:
         name = methods.get(method).name  # UnknownMethodError with close matches
+        if not lessons.is_shipped(name) and not bank.has_lesson(name, bank_dir):
+            raise PolicylabError(_ui(lang)["no_lesson"].format(name=name))
         entries = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[name])
     else:
         entries = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, complete=False)
@@ -115,11 +121,15 @@ def quiz(method: str | None = None, lang: str = "en", seed: int | None = None, *
 
 
 def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -> str:
-    """The card, the formulas and the four questions of `name` with live numbers."""
+    """The card, the formulas and the four questions of `name` with live numbers; for a
+    method registered outside policylab without a bank file, the card, the formulas and
+    "no lesson yet" (a shipped method without one is a BankError naming the file)."""
     ui = _ui(lang)
     method = methods.get(name)
-    entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[method.name])[0]
     parts = [card_text(method), "", f"{ui['formula']}:", anatomy.formula_text(method), "", f"{ui['questions']}:"]
+    if not lessons.is_shipped(method.name) and not bank.has_lesson(method.name, bank_dir):
+        return "\n".join(parts + ["", lessons.NO_LESSON_NOTE[lang]])
+    entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[method.name])[0]
     for q in entry.questions:
         parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}", *example_lines(q, lang)]
     return "\n".join(parts)
@@ -140,8 +150,11 @@ def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = Non
     from policylab.learn import figures
     from policylab.learn.figures import render
 
-    _ui(lang)
-    fig = figures.figure(methods.get(name).name, defs_dir=defs_dir)
+    ui = _ui(lang)
+    name = methods.get(name).name
+    if not lessons.is_shipped(name) and not figures.has_definition(name, defs_dir=defs_dir):
+        raise PolicylabError(ui["no_figure"].format(name=name))
+    fig = figures.figure(name, defs_dir=defs_dir)
     try:
         out = render.write(fig, path, lang)
     except ValueError as exc:

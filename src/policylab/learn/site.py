@@ -18,8 +18,10 @@ switch it (remembered in localStorage and carried in `?lang=` on internal links)
 JS (learn/assets/) are inlined; nothing is fetched at view time. Each method page embeds
 its examples' returned values as JSON (`<script id="example-data">`) and its figure's
 plotted series (`<script id="figure-data">`, with the SVG id of each drawing), so tests
-can compare the page with a fresh computation. A registered method without a figure
-definition fails the build (`figures.FigureError`, naming the file to write).
+can compare the page with a fresh computation. A method the project ships without a
+figure definition fails the build (`figures.FigureError`, naming the file to write); a
+method registered elsewhere without a bank file is listed with "no lesson yet" on a page
+of its card and formulas, and one without a figure gets no figure (`learn.lessons`).
 """
 
 from __future__ import annotations
@@ -30,67 +32,12 @@ from pathlib import Path
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import anatomy, bank, figures
+from policylab.learn import anatomy, bank, figures, lessons
 from policylab.learn.bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
 from policylab.learn.figures import render
+from policylab.learn.site_text import CARD_ROWS, CATEGORY, STAGE, UI
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-
-UI = {
-    "site": {"en": "policylab method explorer", "zh": "policylab 方法浏览器"},
-    "questions": {"en": "Questions", "zh": "问题"},
-    "compare": {"en": "Comparison", "zh": "方法对比"},
-    "topics": {"en": "Topics", "zh": "专题"},
-    "intro": {"en": "Every registered method, four questions each; the numbers in the examples were computed by "
-                    "policylab's kernels when this site was built.",
-              "zh": "每个已注册的方法各有四个问题；示例中的数字都是在构建本站时由 policylab 的内核实时计算的。"},
-    "search": {"en": "Search questions, answers, methods…", "zh": "搜索问题、答案、方法……"},
-    "all_methods": {"en": "all methods", "zh": "全部方法"},
-    "all_families": {"en": "all families", "zh": "全部类别"},
-    "all_categories": {"en": "all categories", "zh": "全部题型"},
-    "count": {"en": "{n} questions", "zh": "共 {n} 个问题"},
-    "methods": {"en": "Methods", "zh": "方法"},
-    "noscript": {"en": "Search needs JavaScript; the method pages below work without it.",
-                 "zh": "搜索需要 JavaScript；下面的方法页面无需 JavaScript 即可浏览。"},
-    "card": {"en": "Card", "zh": "方法卡片"},
-    "formula": {"en": "Formula", "zh": "公式"},
-    "formula_note": {"en": "From the docstrings of the kernels the method's stages call (pipeline order).",
-                     "zh": "摘自该方法各阶段所调用内核的文档字符串（按流水线顺序）。"},
-    "source": {"en": "source", "zh": "源代码"},
-    "answer": {"en": "Answer", "zh": "答案"},
-    "example": {"en": "Worked example", "zh": "计算示例"},
-    "computed": {"en": "computed at build time by", "zh": "构建时由以下函数计算："},
-    "compare_with": {"en": "compared with", "zh": "对比对象"},
-    "reading_order": {"en": "Reading order", "zh": "阅读顺序"},
-    "cross": {"en": "Cross-method questions", "zh": "跨方法问题"},
-    "no_topics": {"en": "No topics yet.", "zh": "暂无专题。"},
-    "compare_note": {"en": "From the registry cards; required inputs = the method's required batch fields.",
-                     "zh": "来自注册表中的方法卡片；所需输入即该方法需要的批数据字段。"},
-    "figure": {"en": "Figure", "zh": "图"},
-    "figure_source": {"en": "Computed when this site was built by", "zh": "构建本站时由以下调用计算："},
-    "full_size": {"en": "open the figure at full size", "zh": "查看原尺寸图"},
-    "overlays": {"en": "Overlays: several methods on the same axes", "zh": "对比图：多个方法画在同一坐标轴上"},
-    "overlays_nav": {"en": "Overlays", "zh": "对比图"},
-    "overlay_methods": {"en": "Methods drawn", "zh": "图中的方法"},
-    "in_overlays": {"en": "Also drawn with other methods in", "zh": "与其他方法一同出现在"},
-}
-CATEGORY = {"basics": {"en": "basics", "zh": "基础"}, "mechanism": {"en": "mechanism", "zh": "机制"},
-            "comparison": {"en": "comparison", "zh": "比较"}, "implementation": {"en": "implementation", "zh": "实现"}}
-STAGE = {"reward": {"en": "reward", "zh": "奖励"}, "filter": {"en": "filter", "zh": "过滤"},
-         "round": {"en": "round stage", "zh": "轮次阶段"}, "advantage": {"en": "advantage", "zh": "优势估计"},
-         "objective": {"en": "objective", "zh": "目标函数"}, "correction": {"en": "correction", "zh": "修正"},
-         "addend": {"en": "loss addend", "zh": "损失附加项"}, "term": {"en": "loss term", "zh": "损失项"},
-         "grad": {"en": "gradient transform", "zh": "梯度变换"}}
-CARD_ROWS = (
-    ("title", {"en": "paper", "zh": "论文"}), ("arxiv", {"en": "arXiv", "zh": "arXiv"}),
-    ("family", {"en": "family", "zh": "类别"}), ("summary", {"en": "what it does", "zh": "作用"}),
-    ("samples", {"en": "who samples", "zh": "谁采样"}), ("learns", {"en": "who learns", "zh": "谁学习"}),
-    ("reference", {"en": "reference", "zh": "参考策略"}), ("critic", {"en": "critic", "zh": "价值网络"}),
-    ("inputs", {"en": "required inputs", "zh": "所需输入"}), ("stages", {"en": "stages", "zh": "阶段"}),
-    ("params", {"en": "parameters", "zh": "参数"}), ("status", {"en": "status", "zh": "状态"}),
-    ("not_established", {"en": "not shown", "zh": "尚未证实"}), ("confirmed", {"en": "confirmed", "zh": "已核对"}),
-    ("unconfirmed", {"en": "unconfirmed", "zh": "未核对"}),
-)
 
 
 def esc(s) -> str:
@@ -234,7 +181,7 @@ def method_page(entry: MethodEntry, have: set, fig: figures.Figure | None = None
         f'<h2>{ui("card")}</h2><table class="card">{card}</table>'
         f'<div class="formula-figure"><div class="formula-col"><h2>{ui("formula")}</h2>'
         f'<p class="muted">{ui("formula_note")}</p>{"".join(formulas)}</div>{plot}</div>'
-        f'<h2>{ui("questions")}</h2>{"".join(question_html(q, have) for q in entry.questions)}'
+        f'<h2>{ui("questions")}</h2>{"".join(question_html(q, have) for q in entry.questions) or ui("no_lesson_note", "p")}'
         + json_script("example-data", example_data(entry.questions)) + data
     )
     return page({"en": f"{entry.name} · policylab", "zh": f"{entry.name} · policylab"}, body)
@@ -273,8 +220,8 @@ def overlay_page(d: figures.OverlayDef, fig: figures.Figure, have: set) -> str:
 
 
 def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> str:
-    names = [e.name for e in entries]
-    families = sorted({e.card.family for e in entries})
+    names = [e.name for e in entries if e.questions]  # the filters: methods with questions
+    families = sorted({e.card.family for e in entries if e.questions})
     data = dict(items=index_items(entries, topic_data), categories=CATEGORY, ui={"count": UI["count"]})
     filters = (
         f'<div class="filters"><input id="q" type="search" autocomplete="off" placeholder="{esc(UI["search"]["en"])}" '
@@ -284,7 +231,8 @@ def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> s
         + _select("f-category", UI["all_categories"], [(c, CATEGORY[c]) for c in CATEGORIES])
         + '<select id="f-lang"><option value="en">English</option><option value="zh">中文</option></select></div>'
     )
-    listing = "".join(f"<li>{link(method_href(e.name), esc(e.name))} <span class=\"muted\">{esc(e.card.family)}</span></li>"
+    listing = "".join(f"<li>{link(method_href(e.name), esc(e.name))} <span class=\"muted\">{esc(e.card.family)}</span>"
+                      + ("" if e.questions else f' <span class="badge no-lesson">{ui("no_lesson")}</span>') + "</li>"
                       for e in entries)
     over = "".join(f"<li>{link(overlay_href(o.key), bi(o.title))} <span class=\"muted\">{esc(', '.join(o.methods))}</span></li>"
                    for o in overlays)
@@ -329,17 +277,35 @@ def source_page(rel: str) -> str:
     return page({"en": rel, "zh": rel}, body, root)
 
 
+def unlessoned(have: set) -> list[MethodEntry]:
+    """An entry without questions for every registered method the project does not ship
+    that has no entry in `have`: its page shows its card and formulas, "no lesson yet"."""
+    return [MethodEntry(n, methods.get(n), (), "") for n in methods.names()
+            if n not in have and not lessons.is_shipped(n)]
+
+
+def method_figures(entries: list[MethodEntry], *, complete: bool, figures_dir=None) -> dict:
+    """{name: Figure} of the method pages: a shipped method's page needs its definition (and
+    with `complete` every shipped method does); any other method is drawn only if it has one."""
+    if complete:
+        figures.check_complete(defs_dir=figures_dir)
+    names = [e.name for e in entries if e.questions]
+    defs = figures.definitions([n for n in names if lessons.is_shipped(n)], defs_dir=figures_dir)
+    defs.update(figures.definitions([n for n in names if n not in defs], defs_dir=figures_dir, complete=False))
+    return {n: figures.figure(n, definition=d) for n, d in defs.items()}
+
+
 def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data: Topics | None = None,
                complete: bool = True, bank_dir=None, examples=None, topics_path=None, figures_dir=None,
                overlays_path=None) -> Path:
     """Write the site into `out_dir` and return the path of its index.html.
 
     entries / topic_data: an already built bank (both languages); by default the package's
-    bank (`complete=False` builds a preview without the methods that have no file yet).
-    Figures: every method with a page needs a definition in `figures_dir` (default
-    learn/figures/defs/), and with `complete` every registered method does; a missing one
-    raises `figures.FigureError` naming the file to write. overlays_path: the overlay list
-    (default learn/figures/overlays.yaml)."""
+    bank (`complete=False` builds a preview without the shipped methods that have no file
+    yet). A registered method the project does not ship and the bank has no entry for is
+    listed with "no lesson yet" (`unlessoned`). Figures: see `method_figures` (default
+    definitions: learn/figures/defs/; a missing one raises `figures.FigureError` naming the
+    file to write). overlays_path: the overlay list (default learn/figures/overlays.yaml)."""
     if entries is None:
         entries = bank.build_bank(None, bank_dir=bank_dir, examples=examples, complete=complete)
     if topic_data is None:
@@ -347,29 +313,28 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     for q in [q for e in entries for q in e.questions] + list(topic_data.questions):
         if set(q.question) != set(LANGS):
             raise PolicylabError("build_site needs the bank in both languages: build it with lang=None")
+    figs = method_figures(entries, complete=complete, figures_dir=figures_dir)
+    entries = sorted(list(entries) + unlessoned({e.name for e in entries}), key=lambda e: e.name)
     have = {e.name for e in entries}
-    if complete:
-        figures.check_complete(defs_dir=figures_dir)
-    defs = figures.definitions([e.name for e in entries], defs_dir=figures_dir)
-    figs = {e.name: figures.figure(e.name, definition=defs[e.name]) for e in entries}
     overlay_defs = figures.overlay_defs(overlays_path)
     overlay_figs = {o.key: figures.overlay(o) for o in overlay_defs}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     pages = {"index.html": index_page(entries, topic_data, overlay_defs), "compare.html": compare_page(have),
              "topics.html": topics_page(topic_data, have)}
     for e in entries:
-        pages[method_href(e.name)] = method_page(e, have, figs[e.name],
+        pages[method_href(e.name)] = method_page(e, have, figs.get(e.name),
                                                  [o for o in overlay_defs if e.name in o.methods])
     for o in overlay_defs:
         pages[overlay_href(o.key)] = overlay_page(o, overlay_figs[o.key], have)
-    svgs = {**figs, **{f"overlay-{k}": f for k, f in overlay_figs.items()}}
-    for key, fig in svgs.items():
+    for key, fig in {**figs, **{f"overlay-{k}": f for k, f in overlay_figs.items()}}.items():
         for lang in LANGS:
             pages[figure_file(key, lang)] = render.svg(fig, lang)
-    sources = sorted({k.path for e in entries for k in anatomy.kernels(e.method)})
-    for rel in sources:
+    for rel in sorted({k.path for e in entries for k in anatomy.kernels(e.method)}):
         pages[f"source/{rel}.html"] = source_page(rel)
+    return write_pages(Path(out_dir), pages)
+
+
+def write_pages(out: Path, pages: dict[str, str]) -> Path:
+    """Write {relative path: text} under `out`; return the path of its index.html."""
     for name, text in pages.items():
         path = out / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,37 +5,29 @@ arguments (numbers, lists, strings), calls policylab's real kernels, and returns
 named results (numbers, lists of numbers, strings). The bank's YAML names the function and
 its arguments; the numbers shown to the reader are computed by these functions when the
 bank is built, so a changed kernel changes (or breaks) the page.
+
+The registry is `learn.examples.registry`; this package imports every example module so
+that EXAMPLES is complete, and re-exports `EXAMPLES` and `example`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
-EXAMPLES: dict[str, Callable[..., dict]] = {}
-
-
-def example(name: str):
-    def register(fn):
-        if name in EXAMPLES:
-            raise ValueError(f"example {name!r} is registered twice")
-        EXAMPLES[name] = fn
-        return fn
-
-    return register
-
-
-from policylab.learn.examples import (
+from policylab.learn.examples import (  # noqa: F401  (imported for their registrations)
     core_advantages,
     core_geometry,
     core_graded,
     core_objectives,
-    sequence_objectives as more_objectives,
     mixed_policy,
     offpolicy_async,
     offpolicy_engine,
     offpolicy_objectives,
     offpolicy_topics,
     pipelines,
-    rich_rewards as rewards_more,
+    rich_rewards,
+    sequence_objectives,
+    sequence_weighting,
     testtime,
-)  # noqa: E402,F401  (register the examples)
+)
+from policylab.learn.examples.registry import EXAMPLES, example
+
+__all__ = ["EXAMPLES", "example"]

@@ -7,8 +7,8 @@ import torch
 from policylab.kernels import advantages as adv_mod
 from policylab.errors import PolicylabError
 from policylab.kernels.rewards.graded import numeric_interval, reward_vectors
-from policylab.learn.examples import example
-from policylab.learn.examples.core_common import F64, _nums, _t
+from policylab.learn.examples.registry import example
+from policylab.learn.examples.core_common import F64, nums, f64
 
 
 def _intervals(pairs) -> torch.Tensor:
@@ -27,16 +27,16 @@ def range_grpo_group(intervals):
             lo_j, hi_j = intervals[j]
             rel = f"{i} ≻ {j}" if lo_i > hi_j else (f"{j} ≻ {i}" if lo_j > hi_i else f"{i} ? {j}")
             pairs.append(rel)
-    return {"intervals": str([list(map(float, p)) for p in intervals]), "advantages": _nums(a),
+    return {"intervals": str([list(map(float, p)) for p in intervals]), "advantages": nums(a),
             "relations": ", ".join(pairs), "sum": round(float(a.sum()), 10) + 0.0}
 
 
 @example("range_grpo_point_limit")
 def range_grpo_point_limit(rewards):
-    r = _t(rewards)
+    r = f64(rewards)
     g = torch.zeros(len(rewards), dtype=torch.long)
     point = adv_mod.range_grpo(torch.stack([r, r], dim=1), g)
-    return {"rewards": _nums(r), "range_grpo": _nums(point), "dr_grpo": _nums(adv_mod.dr_grpo(r, g)),
+    return {"rewards": nums(r), "range_grpo": nums(point), "dr_grpo": nums(adv_mod.dr_grpo(r, g)),
             "equal": bool(torch.allclose(point, adv_mod.dr_grpo(r, g)))}
 
 
@@ -46,8 +46,8 @@ def range_vs_grpo(intervals):
     iv = _intervals(intervals)
     g = torch.zeros(len(intervals), dtype=torch.long)
     mid = iv.mean(dim=1)
-    return {"midpoints": _nums(mid), "grpo_on_midpoints": _nums(adv_mod.grpo(mid, g, std="population")),
-            "range_grpo": _nums(adv_mod.range_grpo(iv, g))}
+    return {"midpoints": nums(mid), "grpo_on_midpoints": nums(adv_mod.grpo(mid, g, std="population")),
+            "range_grpo": nums(adv_mod.range_grpo(iv, g))}
 
 
 @example("range_grpo_judge")
@@ -59,20 +59,20 @@ def range_grpo_judge(replies, answer, bad):
         err = "no error"
     except (PolicylabError, ValueError) as exc:
         err = f"{type(exc).__name__}: {exc}"
-    return {"replies": str(list(replies)), "answer": answer, "intervals": str([_nums(row) for row in iv]),
-            "advantages": _nums(adv_mod.range_grpo(iv.double(), torch.zeros(len(replies), dtype=torch.long))),
+    return {"replies": str(list(replies)), "answer": answer, "intervals": str([nums(row) for row in iv]),
+            "advantages": nums(adv_mod.range_grpo(iv.double(), torch.zeros(len(replies), dtype=torch.long))),
             "inverted_error": err}
 
 
 @example("gprl_dimensions")
 def gprl_dimensions(correct, style):
     """Two dimensions on very different scales: normalize each, then sum (vs sum first)."""
-    r = torch.stack([_t(correct), _t(style)], dim=1)
+    r = torch.stack([f64(correct), f64(style)], dim=1)
     g = torch.zeros(len(correct), dtype=torch.long)
     per_dim = adv_mod.gprl(r, g, torch.ones(2, dtype=F64), std="population", eps=0.0)
     summed = adv_mod.grpo(r.sum(dim=1), g, std="population", eps=0.0)
     stats = adv_mod.gprl_stats(r, g, torch.ones(2, dtype=F64), std="population", eps=0.0)
-    return {"correct": _nums(correct), "style": _nums(style), "gprl": _nums(per_dim), "sum_first": _nums(summed),
+    return {"correct": nums(correct), "style": nums(style), "gprl": nums(per_dim), "sum_first": nums(summed),
             "w_eff_correct": round(float(stats["dim0/effective_weight"]), 4),
             "w_eff_style": round(float(stats["dim1/effective_weight"]), 4)}
 
@@ -80,23 +80,23 @@ def gprl_dimensions(correct, style):
 @example("gprl_affine")
 def gprl_affine(correct, style, scale, shift):
     """A positive affine rescaling of one dimension leaves the advantage unchanged."""
-    r = torch.stack([_t(correct), _t(style)], dim=1)
+    r = torch.stack([f64(correct), f64(style)], dim=1)
     g = torch.zeros(len(correct), dtype=torch.long)
     w = torch.ones(2, dtype=F64)
     r2 = r.clone()
     r2[:, 1] = r2[:, 1] * scale + shift
     a1 = adv_mod.gprl(r, g, w, std="population", eps=0.0)
     a2 = adv_mod.gprl(r2, g, w, std="population", eps=0.0)
-    return {"scale": scale, "shift": shift, "before": _nums(a1), "after": _nums(a2),
+    return {"scale": scale, "shift": shift, "before": nums(a1), "after": nums(a2),
             "unchanged": bool(torch.allclose(a1, a2))}
 
 
 @example("gprl_weights")
 def gprl_weights(correct, style, weights):
     """Weights decide importance once every dimension is on one scale."""
-    r = torch.stack([_t(correct), _t(style)], dim=1)
+    r = torch.stack([f64(correct), f64(style)], dim=1)
     g = torch.zeros(len(correct), dtype=torch.long)
-    return {"weights": _nums(weights), "advantages": _nums(adv_mod.gprl(r, g, _t(weights), std="population", eps=0.0))}
+    return {"weights": nums(weights), "advantages": nums(adv_mod.gprl(r, g, f64(weights), std="population", eps=0.0))}
 
 
 @example("gprl_graded")
@@ -105,5 +105,5 @@ def gprl_graded(replies, answer):
     v = reward_vectors(list(replies), [answer] * len(replies), ["correct", "closeness", "terse"])
     g = torch.zeros(len(replies), dtype=torch.long)
     a = adv_mod.gprl(v.double(), g, torch.ones(3, dtype=F64), std="population")
-    return {"replies": str(list(replies)), "answer": answer, "vectors": str([_nums(row) for row in v]),
-            "advantages": _nums(a)}
+    return {"replies": str(list(replies)), "answer": answer, "vectors": str([nums(row) for row in v]),
+            "advantages": nums(a)}

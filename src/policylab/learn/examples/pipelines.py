@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from policylab.errors import PolicylabError
-from policylab.learn.examples import example
-from policylab.learn.examples.core_common import F64, _nums, _t
+from policylab.learn.examples.registry import example
+from policylab.learn.examples.core_common import F64, nums, f64
 
 
 def _ppo_rlhf(**over):
@@ -30,7 +30,7 @@ def _shaped(method, rm, lp_old, lp_ref, mask):
     from policylab.trainer.rollout import apply_changes
     from policylab.learn.figures.common import stage_context
 
-    inp = tensor_inputs(torch.zeros_like(lp_old), torch.zeros(lp_old.shape[0], dtype=F64), mask, rewards=_t(rm))
+    inp = tensor_inputs(torch.zeros_like(lp_old), torch.zeros(lp_old.shape[0], dtype=F64), mask, rewards=f64(rm))
     b = inp.batch.replace(logp_old=lp_old, logp_ref=lp_ref, values=torch.zeros_like(lp_old)).validate()
     for stage in method.active("round"):
         changes, _ = stage.fn(b, stage_context(method, stage))
@@ -48,12 +48,12 @@ def rlhf_pair_loss(scores, margin):
     from policylab.models.reward_model import pairwise_loss
 
     K = len(scores)
-    ranks = _t([[float(K - i) for i in range(K)]])
-    loss, m = pairwise_loss(_t([scores]), ranks)
+    ranks = f64([[float(K - i) for i in range(K)]])
+    loss, m = pairwise_loss(f64([scores]), ranks)
     equal, _ = pairwise_loss(torch.zeros(1, K, dtype=F64), ranks)
-    right, _ = pairwise_loss(_t([[margin, 0.0]]), _t([[1.0, 0.0]]))
-    wrong, _ = pairwise_loss(_t([[margin, 0.0]]), _t([[0.0, 1.0]]))
-    return {"scores": _nums(scores), "pairs": m["pairs"], "loss": round(float(loss), 4),
+    right, _ = pairwise_loss(f64([[margin, 0.0]]), f64([[1.0, 0.0]]))
+    wrong, _ = pairwise_loss(f64([[margin, 0.0]]), f64([[0.0, 1.0]]))
+    return {"scores": nums(scores), "pairs": m["pairs"], "loss": round(float(loss), 4),
             "accuracy": round(m["pair_accuracy"], 4), "equal_loss": round(float(equal), 4), "margin": margin,
             "right_loss": round(float(right), 4), "swapped_loss": round(float(wrong), 4)}
 
@@ -63,11 +63,11 @@ def rlhf_shaped_reward(rm_score, lp_old, lp_ref, beta):
     """One response: the per-token reward PPO sees (KL from lp_old at every token, the RM
     score once at the last) and the GAE advantages (γ = λ = 1, zero values)."""
     m = _ppo_rlhf(kl_coef=beta, lam=1.0)
-    lo, lr = _t([lp_old]), _t([lp_ref])
+    lo, lr = f64([lp_old]), f64([lp_ref])
     r, a = _shaped(m, [rm_score], lo, lr, torch.ones_like(lo, dtype=torch.bool))
-    return {"rm_score": rm_score, "beta": beta, "lp_old": _nums(lp_old), "lp_ref": _nums(lp_ref),
-            "rewards": _nums(r[0].tolist()), "reward_sum": round(float(r.sum()), 4),
-            "advantages": _nums(a[0].tolist())}
+    return {"rm_score": rm_score, "beta": beta, "lp_old": nums(lp_old), "lp_ref": nums(lp_ref),
+            "rewards": nums(r[0].tolist()), "reward_sum": round(float(r.sum()), 4),
+            "advantages": nums(a[0].tolist())}
 
 
 @example("rlhf_reference_vs_ratio")
@@ -77,7 +77,7 @@ def rlhf_reference_vs_ratio(rm_score, lp_old, lp_ref, lp, ref_shift):
     from policylab.methods.loss import policy_loss, tensor_inputs
 
     m = _ppo_rlhf()
-    lo, lr, l = _t([lp_old]), _t([lp_ref]), _t([lp])
+    lo, lr, l = f64([lp_old]), f64([lp_ref]), f64([lp])
     mask = torch.ones_like(lo, dtype=torch.bool)
     _, a1 = _shaped(m, [rm_score], lo, lr, mask)
     _, a2 = _shaped(m, [rm_score], lo, lr + ref_shift, mask)
@@ -85,7 +85,7 @@ def rlhf_reference_vs_ratio(rm_score, lp_old, lp_ref, lp, ref_shift):
     loss2, _ = policy_loss(m, tensor_inputs(l, a1, mask, logp_old=lo, logp_ref=lr + ref_shift))
     return {"adv_first": round(float(a1[0, 0]), 4), "adv_first_shifted": round(float(a2[0, 0]), 4),
             "loss": round(float(loss1.sum()), 6), "loss_shifted_ref": round(float(loss2.sum()), 6),
-            "ratios": _nums((l - lo).exp()[0].tolist()), "ref_shift": ref_shift}
+            "ratios": nums((l - lo).exp()[0].tolist()), "ref_shift": ref_shift}
 
 
 @example("rlhf_true_preference")
@@ -93,12 +93,13 @@ def rlhf_true_preference(a, b):
     """The procedural preference set for a + b: the four ranked candidates and their true
     scores (the RM is trained on their C(4, 2) = 6 ordered pairs)."""
     from policylab.tasks import preferences
-    from policylab.tasks.arithmetic import ArithmeticTask
+    from policylab.tasks.arithmetic import PROMPT
+    from policylab.tasks.example import Example
 
-    task = ArithmeticTask(ops=("+",), seed=0)
-    ex = task._example("+", int(a), int(b), "train")
+    a, b = int(a), int(b)  # a training problem of the task, as its train stream writes it
+    ex = Example(PROMPT.format(a=a, op="+", b=b), str(a + b), {"op": "+", "a": a, "b": b, "split": "train"})
     replies, scores = preferences.ranked(ex)
-    return {"prompt": ex.prompt, "replies": " | ".join(replies), "scores": _nums(scores)}
+    return {"prompt": ex.prompt, "replies": " | ".join(replies), "scores": nums(scores)}
 
 
 # ----------------------------------------------------------------------------- fusion
@@ -109,10 +110,10 @@ def fusion_merge(base, experts, alphas):
     """Task-vector arithmetic on one two-element tensor: θ = θ_base + Σ α_k (θ_k − θ_base)."""
     from policylab.pipelines.fusion import merge_task_vectors
 
-    merged = merge_task_vectors({"w": _t(base)}, [{"w": _t(e)} for e in experts], list(alphas))
-    one = merge_task_vectors({"w": _t(base)}, [{"w": _t(experts[0])}], [1.0])
-    return {"base": _nums(base), "experts": " and ".join(str(_nums(e)) for e in experts), "alphas": _nums(alphas),
-            "merged": _nums(merged["w"].tolist()), "one_expert": _nums(one["w"].tolist())}
+    merged = merge_task_vectors({"w": f64(base)}, [{"w": f64(e)} for e in experts], list(alphas))
+    one = merge_task_vectors({"w": f64(base)}, [{"w": f64(experts[0])}], [1.0])
+    return {"base": nums(base), "experts": " and ".join(str(nums(e)) for e in experts), "alphas": nums(alphas),
+            "merged": nums(merged["w"].tolist()), "one_expert": nums(one["w"].tolist())}
 
 
 @example("fusion_merge_refusal")
@@ -134,13 +135,13 @@ def fusion_mopd(lp_student, lp_teacher):
     """MOPD's per-token advantage from the domain teacher, both horizons."""
     from policylab.kernels import mixed as K
 
-    s, t = _t([lp_student]), _t([lp_teacher])
+    s, t = f64([lp_student]), f64([lp_teacher])
     mask = torch.ones_like(s, dtype=torch.bool)
     tok = K.mopd_advantages(s, t, mask, horizon="token")
     seq = K.mopd_advantages(s, t, mask, horizon="sequence")
     same = K.mopd_advantages(s, s, mask, horizon="token")
-    return {"lp_student": _nums(lp_student), "lp_teacher": _nums(lp_teacher), "token": _nums(tok[0].tolist()),
-            "sequence": _nums(seq[0].tolist()), "self_teacher": _nums(same[0].tolist())}
+    return {"lp_student": nums(lp_student), "lp_teacher": nums(lp_teacher), "token": nums(tok[0].tolist()),
+            "sequence": nums(seq[0].tolist()), "self_teacher": nums(same[0].tolist())}
 
 
 @example("fusion_per_domain")
@@ -151,7 +152,7 @@ def fusion_per_domain(domains, accuracy_a, accuracy_b):
 
     a = summarize_domains(dict(zip(domains, accuracy_a)))
     b = summarize_domains(dict(zip(domains, accuracy_b)))
-    return {"domains": ", ".join(domains), "a": _nums(accuracy_a), "b": _nums(accuracy_b),
+    return {"domains": ", ".join(domains), "a": nums(accuracy_a), "b": nums(accuracy_b),
             "mean_a": round(a["mean_over_domains"], 4), "mean_b": round(b["mean_over_domains"], 4),
             "worst_a": f"{a['worst_domain']} ({a['worst_accuracy']:g})",
             "worst_b": f"{b['worst_domain']} ({b['worst_accuracy']:g})"}

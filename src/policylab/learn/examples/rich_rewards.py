@@ -13,8 +13,8 @@ from policylab.kernels.rewards import critic_reward as crit
 from policylab.kernels.rewards import distribution as dist
 from policylab.kernels.rewards import length_gate as lg
 from policylab.kernels.rewards import runtime as rt
-from policylab.learn.examples import example
-from policylab.learn.examples.core_common import F64, _num, _nums, _t
+from policylab.learn.examples.registry import example
+from policylab.learn.examples.core_common import F64, num, nums, f64
 
 
 def _zeros(n):
@@ -24,37 +24,37 @@ def _zeros(n):
 # ----------------------------------------------------------------------------- rlcr
 @example("rlcr_rewards")
 def rlcr_rewards(correct, confidence):
-    c, q = _t(correct), _t(confidence)
+    c, q = f64(correct), f64(confidence)
     r = cal.rlcr_rewards(c, q, torch.ones(len(correct), dtype=torch.bool), invalid_penalty=1.0)
-    return {"correct": _nums(c), "confidence": _nums(q), "rewards": _nums(r),
-            "binary_advantages": _nums(adv_mod.grpo(c, _zeros(len(correct)), std="population")),
-            "rlcr_advantages": _nums(adv_mod.grpo(r, _zeros(len(correct)), std="population"))}
+    return {"correct": nums(c), "confidence": nums(q), "rewards": nums(r),
+            "binary_advantages": nums(adv_mod.grpo(c, _zeros(len(correct)), std="population")),
+            "rlcr_advantages": nums(adv_mod.grpo(r, _zeros(len(correct)), std="population"))}
 
 
 @example("rlcr_expected")
 def rlcr_expected(p, grid):
-    qs = _t(grid)
+    qs = f64(grid)
     e = cal.expected_reward(p, qs)
-    return {"p": _num(p), "grid": _nums(qs), "expected": _nums(e), "best_q": _num(qs[int(torch.argmax(e))])}
+    return {"p": num(p), "grid": nums(qs), "expected": nums(e), "best_q": num(qs[int(torch.argmax(e))])}
 
 
 @example("rlcr_parse")
 def rlcr_parse(replies, answer):
     parsed = [cal.parse_confidence(r) for r in replies]
-    c = _t(cal.confidence_answer_reward(list(replies), [answer] * len(replies)))
+    c = f64(cal.confidence_answer_reward(list(replies), [answer] * len(replies)))
     valid = torch.tensor([p.status == "ok" for p in parsed])
-    q = _t([p.q if p.q is not None else 0.0 for p in parsed])
+    q = f64([p.q if p.q is not None else 0.0 for p in parsed])
     r = cal.rlcr_rewards(c, q, valid, invalid_penalty=1.0)
     return {"replies": " | ".join(repr(x) for x in replies), "statuses": ", ".join(p.status for p in parsed),
-            "correct": _nums(c), "rewards": _nums(r)}
+            "correct": nums(c), "rewards": nums(r)}
 
 
 @example("rlcr_brier_multiclass")
 def rlcr_brier_multiclass(probs, target):
-    p = _t([probs]).requires_grad_(True)
+    p = f64([probs]).requires_grad_(True)
     b = cal.brier_score(p, torch.tensor([target]))
     b.sum().backward()
-    return {"probs": _nums(probs), "target": int(target), "brier": _num(b[0]), "grad": _nums(p.grad[0])}
+    return {"probs": nums(probs), "target": int(target), "brier": num(b[0]), "grad": nums(p.grad[0])}
 
 
 # ----------------------------------------------------------------------------- mad_rl
@@ -62,14 +62,14 @@ def rlcr_brier_multiclass(probs, target):
 def mad_group(classes, replies, target, smoothing, coef):
     ids = torch.tensor([dist.map_class(r, list(classes)) for r in replies])
     n = len(replies)
-    tgt = _t([list(target)] * n)
-    correct = _t([float(int(i) < len(classes)) for i in ids])
+    tgt = f64([list(target)] * n)
+    correct = f64([float(int(i) < len(classes)) for i in ids])
     r, info = dist.mad_rl_rewards(correct, ids, _zeros(n), tgt, coef=coef, smoothing=smoothing, form="log_ratio")
     names = list(classes) + ["invalid"]
     return {"replies": ", ".join(replies), "classes": ", ".join(names[int(i)] for i in ids),
-            "freq": _nums(info["freq"][0]), "smoothed_target": _nums(info["target"][0]),
-            "match": _nums(info["match"]), "rewards": _nums(r), "kl": _num(info["kl"][0]),
-            "tv": _num(info["tv"][0]), "sum_match": _num(info["match"].sum()), "minus_G_kl": _num(-n * info["kl"][0])}
+            "freq": nums(info["freq"][0]), "smoothed_target": nums(info["target"][0]),
+            "match": nums(info["match"]), "rewards": nums(r), "kl": num(info["kl"][0]),
+            "tv": num(info["tv"][0]), "sum_match": num(info["match"].sum()), "minus_G_kl": num(-n * info["kl"][0])}
 
 
 @example("mad_invalid_denominator")
@@ -79,11 +79,11 @@ def mad_invalid_denominator(class_ids, n_classes):
     valid = ids[ids < n_classes - 1]
     dropped = dist.group_frequencies(valid, _zeros(len(valid)), n_classes)[0]
     try:
-        dist.smooth_target(_t([0.5, 0.5, 0.0]), 0.0)
+        dist.smooth_target(f64([0.5, 0.5, 0.0]), 0.0)
         err = "no error"
     except ValueError as exc:
         err = str(exc).split(":")[0]
-    return {"class_ids": list(class_ids), "with_invalid": _nums(kept), "without_invalid": _nums(dropped),
+    return {"class_ids": list(class_ids), "with_invalid": nums(kept), "without_invalid": nums(dropped),
             "zero_target_error": err}
 
 
@@ -91,35 +91,35 @@ def mad_invalid_denominator(class_ids, n_classes):
 def mad_vs_grpo(classes, replies, target, coef):
     ids = torch.tensor([dist.map_class(r, list(classes)) for r in replies])
     n = len(replies)
-    correct = _t([float(int(i) < len(classes)) for i in ids])
-    r, info = dist.mad_rl_rewards(correct, ids, _zeros(n), _t([list(target)] * n), coef=coef, smoothing=0.01,
+    correct = f64([float(int(i) < len(classes)) for i in ids])
+    r, info = dist.mad_rl_rewards(correct, ids, _zeros(n), f64([list(target)] * n), coef=coef, smoothing=0.01,
                                   form="log_ratio")
-    return {"replies": ", ".join(replies), "grpo_advantages": _nums(adv_mod.grpo(correct, _zeros(n), std="population")),
-            "mad_advantages": _nums(adv_mod.grpo(r, _zeros(n), std="population")), "freq": _nums(info["freq"][0])}
+    return {"replies": ", ".join(replies), "grpo_advantages": nums(adv_mod.grpo(correct, _zeros(n), std="population")),
+            "mad_advantages": nums(adv_mod.grpo(r, _zeros(n), std="population")), "freq": nums(info["freq"][0])}
 
 
 # ----------------------------------------------------------------------------- rlcpr
 @example("rlcpr_gate")
 def rlcpr_gate(lengths, posteriors, rewards, length_threshold, posterior_range, coef):
-    shaped, gate, info = lg.rlcpr_shaping(_t(rewards), _t(lengths), _t(posteriors), _zeros(len(lengths)),
+    shaped, gate, info = lg.rlcpr_shaping(f64(rewards), f64(lengths), f64(posteriors), _zeros(len(lengths)),
                                           length_threshold=length_threshold, posterior_range=posterior_range,
                                           coef=coef, eps=1e-6)
-    return {"lengths": [int(x) for x in lengths], "posteriors": _nums(posteriors), "rewards": _nums(rewards),
-            "shaped": _nums(shaped), "gated": bool(gate.all()), "posterior_spread": _num(max(posteriors) - min(posteriors)),
-            "min_length": int(min(lengths)), "L_thr": _num(length_threshold), "tau": _num(posterior_range)}
+    return {"lengths": [int(x) for x in lengths], "posteriors": nums(posteriors), "rewards": nums(rewards),
+            "shaped": nums(shaped), "gated": bool(gate.all()), "posterior_spread": num(max(posteriors) - min(posteriors)),
+            "min_length": int(min(lengths)), "L_thr": num(length_threshold), "tau": num(posterior_range)}
 
 
 @example("rlcpr_entropy_cdf")
 def rlcpr_entropy_cdf(entropies):
-    return {"entropies": _nums(entropies), "cdf": _nums(lg.entropy_cdf(_t(entropies)))}
+    return {"entropies": nums(entropies), "cdf": nums(lg.entropy_cdf(f64(entropies)))}
 
 
 @example("rlcpr_posterior")
 def rlcpr_posterior(answer_logprobs, n_tokens):
-    lp = _t(answer_logprobs)
+    lp = f64(answer_logprobs)
     n = torch.tensor(n_tokens)
-    return {"answer_logprobs": _nums(lp), "joint": _nums(lg.answer_posteriors(lp, n, form="joint")),
-            "geomean": _nums(lg.answer_posteriors(lp, n, form="token_geomean"))}
+    return {"answer_logprobs": nums(lp), "joint": nums(lg.answer_posteriors(lp, n, form="joint")),
+            "geomean": nums(lg.answer_posteriors(lp, n, form="token_geomean"))}
 
 
 # ----------------------------------------------------------------------------- code_opt
@@ -133,9 +133,9 @@ def code_opt_scores(correct, candidates, reference, speed_weight):
                                     timed_out=[False] * len(correct), form="percentile", n_min=n_min,
                                     speed_weight=speed_weight, incorrect_reward=0.0, **_SPEED)
     lo, hi = rt.noise_band(reference, alpha=0.1, min_rel_band=0.05, n_min=n_min)
-    return {"correct": [bool(c) for c in correct], "medians": [_num(rt.runtime_statistic(c, n_min=n_min)) for c in candidates],
-            "band_low": _num(lo), "band_high": _num(hi), "ref_median": _num(rt.runtime_statistic(reference, n_min=n_min)),
-            "speed": [_num(s.speed) if s is not None else "none" for s in scores], "rewards": _nums(r),
+    return {"correct": [bool(c) for c in correct], "medians": [num(rt.runtime_statistic(c, n_min=n_min)) for c in candidates],
+            "band_low": num(lo), "band_high": num(hi), "ref_median": num(rt.runtime_statistic(reference, n_min=n_min)),
+            "speed": [num(s.speed) if s is not None else "none" for s in scores], "rewards": nums(r),
             "provenance": next((s.provenance for s in scores if s is not None), "synthetic")}
 
 
@@ -146,34 +146,34 @@ def code_opt_single_timing(timings, n_min):
         err = "no error"
     except rt.TimingError as exc:
         err = str(exc)
-    return {"timings": _nums(timings), "error": err}
+    return {"timings": nums(timings), "error": err}
 
 
 # ----------------------------------------------------------------------------- rfpo
 @example("rfpo_rewards")
 def rfpo_rewards(values, lengths, finished, bias, tau):
-    r, verdict, forecast = crit.rfpo_rewards(_t(values), torch.tensor(lengths), torch.tensor(finished),
+    r, verdict, forecast = crit.rfpo_rewards(f64(values), torch.tensor(lengths), torch.tensor(finished),
                                              bias=tuple(bias), tau=tau)
-    deb = crit.debias(_t(values), torch.tensor(lengths), tuple(bias))
-    return {"values": _nums(values), "lengths": [int(x) for x in lengths], "debiased": _nums(deb),
-            "rewards": _nums(r), "verdict": [bool(v) for v in verdict], "forecast": [bool(f) for f in forecast],
-            "tau": _num(tau)}
+    deb = crit.debias(f64(values), torch.tensor(lengths), tuple(bias))
+    return {"values": nums(values), "lengths": [int(x) for x in lengths], "debiased": nums(deb),
+            "rewards": nums(r), "verdict": [bool(v) for v in verdict], "forecast": [bool(f) for f in forecast],
+            "tau": num(tau)}
 
 
 @example("rfpo_length_bias")
 def rfpo_length_bias(lengths, labels, slope):
-    L, y = _t(lengths), _t(labels)
+    L, y = f64(lengths), f64(labels)
     values = 0.3 + slope * L
     a, beta = crit.fit_length_bias(values, y, L)
     deb = crit.debias(values, L, (a, beta))
-    return {"values": _nums(values), "fitted_slope": _num(beta), "fitted_intercept": _num(a), "debiased": _nums(deb)}
+    return {"values": nums(values), "fitted_slope": num(beta), "fitted_intercept": num(a), "debiased": nums(deb)}
 
 
 @example("rfpo_gae_baseline")
 def rfpo_gae_baseline(values, reward, gamma, lam):
-    v = _t([values])
+    v = f64([values])
     T = len(values)
     tr = torch.zeros(1, T, dtype=F64)
     tr[0, -1] = reward
     adv, _ = adv_mod.gae(tr, v, torch.ones(1, T, dtype=torch.bool), gamma=gamma, lam=lam)
-    return {"values": _nums(values), "reward": _num(reward), "advantages": _nums(adv[0])}
+    return {"values": nums(values), "reward": num(reward), "advantages": nums(adv[0])}

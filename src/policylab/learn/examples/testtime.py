@@ -21,21 +21,20 @@ from policylab.kernels.testtime import (
     probe_branch,
     probe_erpo_advantages,
     rank_candidates,
-    self_distill_nll,
     tasco_loss,
     ttpo_advantages,
     ttpo_split,
 )
 from policylab.models.soft_prefix import PrefixEmbedding
-from policylab.learn.examples import example
-from policylab.learn.examples.core_common import F64, _num, _nums, _ragged
+from policylab.learn.examples.registry import example
+from policylab.learn.examples.core_common import F64, num, nums, ragged
 
 
 def _split(answers, probs, tau_conv, tau_err, level="token"):
     texts = [str(a) for a in answers]
     r, eligible, info = ttrl_rewards(texts, [0] * len(texts))
     agree = eligible & (torch.nan_to_num(r) == 1)
-    p, mask = _ragged(probs, fill=1.0)
+    p, mask = ragged(probs, fill=1.0)
     d, rl, sinfo = ttpo_split(agree, eligible, p.log(), mask, tau_conv=tau_conv, tau_err=tau_err, err_level=level)
     adv = ttpo_advantages(torch.nan_to_num(r).to(F64), torch.zeros(len(texts), dtype=torch.long), rl,
                           std="unbiased", eps=0.0, rl_coef=1.0)
@@ -51,9 +50,9 @@ def ttpo_split_example(answers, probs, tau_conv=0.99, tau_err=0.9, level="token"
     texts, r, agree, p, mask, d, rl, adv, info, sinfo = _split(answers, probs, tau_conv, tau_err, level)
     dissent = [i for i in range(len(texts)) if not bool(agree[i])]
     return {"answers": texts, "label": str(info["labels"][0]), "agree": [bool(a) for a in agree],
-            "distill": _cells(d, mask), "rl": _cells(rl, mask), "tau_conv": _num(tau_conv), "tau_err": _num(tau_err),
+            "distill": _cells(d, mask), "rl": _cells(rl, mask), "tau_conv": num(tau_conv), "tau_err": num(tau_err),
             "n_converged": int(sinfo["converged_tokens"]), "n_filtered": int(sinfo["filtered_tokens"]),
-            "dissent_adv": [_num(adv[i][mask[i]].min()) if bool(rl[i].any()) else 0.0 for i in dissent]}
+            "dissent_adv": [num(adv[i][mask[i]].min()) if bool(rl[i].any()) else 0.0 for i in dissent]}
 
 
 @example("ttpo_vs_ttrl")
@@ -67,9 +66,9 @@ def ttpo_vs_ttrl(answers, probs):
     a_ttrl = A.grpo(torch.nan_to_num(r).to(F64), g, eps=0.0)
     i = int(agree.nonzero()[0])
     B, n_i = len(texts), int(mask[i].sum())
-    return {"answers": texts, "ttrl_coef": _num(-a_ttrl[i] / (B * n_i)),
-            "ttpo_coef": _num(-1.0 / int(d.sum())), "agree_adv_ttrl": _num(a_ttrl[i]),
-            "dissent_adv": _num(adv[~agree][mask[~agree]].mean()) if bool((~agree).any()) else 0.0}
+    return {"answers": texts, "ttrl_coef": num(-a_ttrl[i] / (B * n_i)),
+            "ttpo_coef": num(-1.0 / int(d.sum())), "agree_adv_ttrl": num(a_ttrl[i]),
+            "dissent_adv": num(adv[~agree][mask[~agree]].mean()) if bool((~agree).any()) else 0.0}
 
 
 @example("ttpo_two_terms")
@@ -88,9 +87,9 @@ def ttpo_two_terms(answers, probs):
         mk, mode, L = masks[name]
         n = agg_mod.normalizer(mk, mode, L_norm=L)
         out[f"{name}_mode"] = mode
-        out[f"{name}_normalizer"] = _num(n)
-        out[f"{name}_value"] = _num(agg_mod.aggregate(mat, mk, mode, normalizer=n, L_norm=L))
-    out["converged_grad"] = _num(torch.autograd.grad(mats["self_distill"].sum(), lp)[0][0, 1])
+        out[f"{name}_normalizer"] = num(n)
+        out[f"{name}_value"] = num(agg_mod.aggregate(mat, mk, mode, normalizer=n, L_norm=L))
+    out["converged_grad"] = num(torch.autograd.grad(mats["self_distill"].sum(), lp)[0][0, 1])
     return out
 
 
@@ -109,9 +108,9 @@ def probe_erpo_branches(prompt, candidates, probe_answers, tau=0.5):
     low = probe_branch(torch.full((len(texts),), pcr, dtype=F64), tau=tau)
     a, _ = probe_erpo_advantages(ranks, low, g, top_k=1, suppress_frac=0.5, pos_coef=1.0, neg_coef=1.0)
     return {"prompt": prompt, "candidates": texts, "probes": [p.question.split("?")[0] + "?" for p in probes],
-            "probe_answers": [str(a) for a in probe_answers], "top": top, "consistent": cons, "pcr": _num(pcr),
-            "tau": _num(tau), "branch": "low" if bool(low[0]) else "high", "ranks": ranks.tolist(),
-            "advantages": _nums(a), "any_positive": bool((a > 0).any())}
+            "probe_answers": [str(a) for a in probe_answers], "top": top, "consistent": cons, "pcr": num(pcr),
+            "tau": num(tau), "branch": "low" if bool(low[0]) else "high", "ranks": ranks.tolist(),
+            "advantages": nums(a), "any_positive": bool((a > 0).any())}
 
 
 @example("probe_entropy_step")
@@ -125,7 +124,7 @@ def probe_entropy_step(logits, coef=0.1, lr=0.5):
     with torch.no_grad():
         lp2 = torch.log_softmax(z - lr * z.grad, -1)
         h2 = -(lp2.exp() * lp2).sum(-1)
-    return {"entropy_before": _num(h[0, 0]), "entropy_after": _num(h2[0, 0]), "coef": _num(coef)}
+    return {"entropy_before": num(h[0, 0]), "entropy_after": num(h2[0, 0]), "coef": num(coef)}
 
 
 @example("tasco_loss_parts")
@@ -137,8 +136,8 @@ def tasco_loss_parts(clean_probs, perturbed_probs, entropies, lam=1.0):
     loss, m = tasco_loss(lp, ent, mask, torch.tensor([0, 1]), torch.tensor([0, 0]), lam=lam, n_perturb=1,
                          divergence="k3")
     total = agg_mod.aggregate(loss, mask, "token_mean", normalizer=agg_mod.normalizer(mask, "token_mean"))
-    return {"confidence_term": _num(m["tasco/entropy"]), "instability": _num(m["tasco/instability"]),
-            "lam": _num(lam), "loss": _num(total)}
+    return {"confidence_term": num(m["tasco/entropy"]), "instability": num(m["tasco/instability"]),
+            "lam": num(lam), "loss": num(total)}
 
 
 @example("tasco_prefix_table")
@@ -167,16 +166,16 @@ def coverage_tax(base_correct, post_correct, n, ks):
     for k in ks:
         t = sharpening_tax(coverage_at_k(ids, [n] * len(ids), base_correct, k),
                            coverage_at_k(ids, [n] * len(ids), post_correct, k))
-        out[f"cov_base_{k}"], out[f"cov_post_{k}"], out[f"tax_{k}"] = (_num(t["cov_base"]), _num(t["cov_post"]),
-                                                                       _num(t["tax"]))
+        out[f"cov_base_{k}"], out[f"cov_post_{k}"], out[f"tax_{k}"] = (num(t["cov_base"]), num(t["cov_post"]),
+                                                                       num(t["tax"]))
     return out
 
 
 @example("pass_at_k_estimators")
 def pass_at_k_estimators(n, c, k):
     """The unbiased estimator against the plug-in 1 − (1 − c/n)^k."""
-    return {"n": n, "c": c, "k": k, "unbiased": _num(pass_at_k(n, c, k)), "plugin": _num(1 - (1 - c / n) ** k),
-            "exact": _num(1 - math.comb(n - c, k) / math.comb(n, k))}
+    return {"n": n, "c": c, "k": k, "unbiased": num(pass_at_k(n, c, k)), "plugin": num(1 - (1 - c / n) ** k),
+            "exact": num(1 - math.comb(n - c, k) / math.comb(n, k))}
 
 
 @example("coverage_refusals")
@@ -201,7 +200,7 @@ def coverage_refusals():
 def ece_hand(conf, correct, n_bins):
     c = torch.tensor(conf, dtype=F64)
     return {"conf": list(conf), "correct": list(correct), "n_bins": n_bins,
-            "ece": _num(ece(c, torch.tensor(correct), n_bins=n_bins))}
+            "ece": num(ece(c, torch.tensor(correct), n_bins=n_bins))}
 
 
 def _overconfident(n, C, sharp, seed):
@@ -218,10 +217,10 @@ def calib_fit(n=200, choices=10, sharp=3.0, seed=0):
     z, y = _overconfident(n, choices, sharp, seed)
     tags = ["val" if i % 2 else "test" for i in range(n)]
     out = calib_rl(z, y, tags, n_bins=10)
-    return {"n_val": out["n_val"], "n_test": out["n_test"], "temperature": _num(out["temperature"]),
-            "ece_raw": _num(out["raw"]["ece"]), "ece_scaled": _num(out["scaled"]["ece"]),
-            "brier_raw": _num(out["raw"]["brier"]), "brier_scaled": _num(out["scaled"]["brier"]),
-            "accuracy": _num(out["raw"]["accuracy"]), "accuracy_scaled": _num(out["scaled"]["accuracy"])}
+    return {"n_val": out["n_val"], "n_test": out["n_test"], "temperature": num(out["temperature"]),
+            "ece_raw": num(out["raw"]["ece"]), "ece_scaled": num(out["scaled"]["ece"]),
+            "brier_raw": num(out["raw"]["brier"]), "brier_scaled": num(out["scaled"]["brier"]),
+            "accuracy": num(out["raw"]["accuracy"]), "accuracy_scaled": num(out["scaled"]["accuracy"])}
 
 
 @example("calib_sharp_vs_soft")
@@ -230,8 +229,8 @@ def calib_sharp_vs_soft(sharp=6.0, soft=1.0, n=200, seed=1):
     z, y = _overconfident(n, 10, 1.0, seed)
     a = calibration_metrics(z * sharp, y)
     b = calibration_metrics(z * soft, y)
-    return {"acc_sharp": _num(a["accuracy"]), "acc_soft": _num(b["accuracy"]), "conf_sharp": _num(a["confidence"]),
-            "conf_soft": _num(b["confidence"]), "ece_sharp": _num(a["ece"]), "ece_soft": _num(b["ece"])}
+    return {"acc_sharp": num(a["accuracy"]), "acc_soft": num(b["accuracy"]), "conf_sharp": num(a["confidence"]),
+            "conf_soft": num(b["confidence"]), "ece_sharp": num(a["ece"]), "ece_soft": num(b["ece"])}
 
 
 @example("calib_refuses_test")

@@ -5,10 +5,10 @@ methods' own stages and loss, on a grid. Nothing is drawn by hand.
     figure(name)         -> Figure        a registered method's figure (its panels' data)
     overlay(key)         -> Figure        several methods' curves on the same axes
     overlay_defs()       -> [OverlayDef]  the natural comparisons (overlays.yaml)
-    check_complete()     raises FigureError naming every registered method without a figure
+    check_complete()     raises FigureError naming every shipped method without a figure
     render.svg(fig, lang) -> str          the SVG (text kept as text), caption and alt text
 
-Definitions. Every registered method has `learn/figures/defs/<method>.yaml`:
+Definitions. Every method the project ships has `learn/figures/defs/<method>.yaml`:
 
     method: tis
     panels:                       # optional: without it the panels are derived from the stages
@@ -20,9 +20,10 @@ Definitions. Every registered method has `learn/figures/defs/<method>.yaml`:
 Without `panels`, `derived_panels(method)` reads the spec: the engine-weight view for a
 method whose corrections read only the engine roles, otherwise the group-advantage view
 for an estimator that reads only rewards and groups and the policy-ratio view for an
-objective with a ratio (one that reads `logp_old`). A method registered without a
-definition fails the site build (and `tests/learn/test_figures.py`) with a message naming
-it and the file to write.
+objective with a ratio (one that reads `logp_old`). A method the project ships without a
+definition fails the site build (and `tests/learn/test_shipped_lessons.py`) with a message
+naming it and the file to write; a method registered elsewhere without one has no
+lesson yet, and the site draws no figure for it (`learn.lessons`).
 
 Views. A view is `fn(method, **args) -> [Panel]`, registered with `@view("name")`; it
 calls the method's stages (`method.advantage.fn`, reward stages, round stages) or its
@@ -46,6 +47,7 @@ from policylab.learn.figures.definitions import (
     check_complete,
     definitions,
     derived_panels,
+    has_definition,
     missing_message,
     overlay_defs,
 )
@@ -67,4 +69,4 @@ from policylab.learn.figures.model import (
 
 __all__ = ["DEFS_DIR", "LANGS", "OVERLAYS_PATH", "PLACEHOLDERS", "RUN", "VIEWS", "Figure", "FigureDef", "FigureError",
            "Mark", "OverlayDef", "Panel", "PanelRef", "Series", "T", "alt_text", "check_complete", "definitions",
-           "derived_panels", "figure", "missing_message", "overlay", "overlay_defs", "resolved", "series_id", "view"]
+           "derived_panels", "figure", "has_definition", "missing_message", "overlay", "overlay_defs", "resolved", "series_id", "view"]

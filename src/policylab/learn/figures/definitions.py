@@ -13,6 +13,7 @@ from pathlib import Path
 from policylab import methods
 import policylab.learn.figures.all_views  # noqa: F401  (the views a definition may name)
 from policylab.learn.figures.model import LANGS, VIEWS, FigureError, PanelRef
+from policylab.learn.lessons import is_shipped
 from policylab.learn.questions import load_yaml
 from policylab.methods.spec import Method
 
@@ -174,15 +175,35 @@ def missing_message(name: str, defs_dir: Path, files: dict) -> str:
               "    and replace both captions (the placeholders are refused). Views: " + ", ".join(sorted(VIEWS)) + ";",
               "    if none shows what the method does, register one with @view(\"name\") in "
               "src/policylab/learn/figures/views_<kind>.py, calling the method's own stage or loss.",
-              f"    Check: .venv/bin/python -m pytest -q tests/learn/test_figures.py -k {name}; "
+              f"    Check: .venv/bin/python -m pytest -q tests/learn/test_shipped_lessons.py -k {name}; "
               f".venv/bin/policylab explain {name} --plot /tmp/{name}.svg. Walk-through: docs/adding-a-method.md, step 5."]
     return "\n".join(lines)
+
+
+def _definition(name: str, path: Path, errors: list) -> FigureDef | None:
+    """The definition of `name` in `path`, validated (problems appended to `errors`)."""
+    data = load_yaml(path, errors)
+    if data is None:
+        return None
+    where = f"{path.name} (method {name})"
+    if data.get("method") != name:
+        errors.append(f"{where}: `method: {data.get('method')}` does not match the file name")
+    extra = set(data) - {"method", "panels", "en", "zh"}
+    if extra:
+        errors.append(f"{where}: unknown top-level key(s) {sorted(extra)}")
+    caption = _texts(data, where, ("caption",), errors)["caption"]
+    panels = _panel_refs(data.get("panels"), where, errors)
+    if panels is None and not derived_panels(methods.get(name)):
+        errors.append(f"{where}: no panel can be derived from the stages of {name}; list `panels`")
+    return FigureDef(name, panels, caption, path.name)
 
 
 def definitions(names: list[str] | None = None, *, defs_dir: Path | str | None = None,
                 complete: bool = True) -> dict[str, FigureDef]:
     """{method: FigureDef} for `names` (default: every registered method), validated.
-    A method without a file is an error (`complete`), or left out (`complete=False`)."""
+    complete: a method without a file is an error when `names` lists it or the project
+    ships it (`learn.lessons`); a method registered elsewhere without one is left out (it
+    has no lesson yet), and with complete=False every method without a file is."""
     defs_dir = Path(defs_dir) if defs_dir is not None else DEFS_DIR
     wanted = [methods.get(n).name for n in names] if names is not None else methods.names()
     files = {p.stem: p for p in sorted(defs_dir.glob("*.yaml"))} if defs_dir.is_dir() else {}
@@ -192,31 +213,26 @@ def definitions(names: list[str] | None = None, *, defs_dir: Path | str | None =
             errors.append(f"{files[stem].name}: figure definition for unknown method {stem!r}")
     out = {}
     for name in wanted:
-        if name not in files:
-            if complete:
-                errors.append(missing_message(name, defs_dir, files))
-            continue
-        data = load_yaml(files[name], errors)
-        if data is None:
-            continue
-        where = f"{files[name].name} (method {name})"
-        if data.get("method") != name:
-            errors.append(f"{where}: `method: {data.get('method')}` does not match the file name")
-        extra = set(data) - {"method", "panels", "en", "zh"}
-        if extra:
-            errors.append(f"{where}: unknown top-level key(s) {sorted(extra)}")
-        caption = _texts(data, where, ("caption",), errors)["caption"]
-        panels = _panel_refs(data.get("panels"), where, errors)
-        if panels is None and not derived_panels(methods.get(name)):
-            errors.append(f"{where}: no panel can be derived from the stages of {name}; list `panels`")
-        out[name] = FigureDef(name, panels, caption, files[name].name)
+        if name in files:
+            d = _definition(name, files[name], errors)
+            if d is not None:
+                out[name] = d
+        elif complete and (names is not None or is_shipped(name)):
+            errors.append(missing_message(name, defs_dir, files))
     if errors:
         raise FigureError(errors)
     return out
 
 
+def has_definition(name: str, *, defs_dir: Path | str | None = None) -> bool:
+    """Whether the registered method `name` has a figure definition file."""
+    defs_dir = Path(defs_dir) if defs_dir is not None else DEFS_DIR
+    return (defs_dir / f"{methods.get(name).name}.yaml").is_file()
+
+
 def check_complete(*, defs_dir: Path | str | None = None) -> None:
-    """Raise FigureError naming every registered method without a valid definition."""
+    """Raise FigureError naming every shipped method without a valid definition (and every
+    definition of an unknown method); a method registered elsewhere needs none."""
     definitions(None, defs_dir=defs_dir, complete=True)
 
 

@@ -142,6 +142,8 @@ def view(name: str):
 
 @dataclass(frozen=True)
 class PanelRef:
+    """One panel of a definition: the name of a view in VIEWS and its keyword arguments."""
+
     view: str
     args: dict
 
