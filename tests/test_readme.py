@@ -56,7 +56,7 @@ def test_layout_lists_exactly_the_package_entries():
         path = src / entry.rstrip("/")
         assert path.exists(), f"README layout lists {entry}, which src/policylab/ does not have"
         assert path.is_dir() == entry.endswith("/"), f"README layout: {entry} (a directory ends in '/', a file does not)"
-    real = {p.name for p in src.iterdir() if p.name != "__pycache__"}
+    real = {p.name for p in src.iterdir() if p.name != "__pycache__" and not p.name.startswith(".")}
     assert {e.rstrip("/") for e in listed} == real, (
         f"README layout is not the tree: missing {sorted(real - {e.rstrip('/') for e in listed})}, "
         f"extra {sorted({e.rstrip('/') for e in listed} - real)}")
