@@ -20,7 +20,7 @@ def test_memory_estimate_matches_a_hand_computed_case():
     assert shape.kv_bytes == 64
     # activations per trained token: 2 layers x (8*8 + 4*1*4 + 4*16) x 4 bytes = 1152
     assert shape.act_bytes == 1152
-    est = memory.estimate_step(shape, prompt_lengths=[3, 5], group_size=2, max_new_tokens=2, micro_batch_size=2)
+    est = memory.estimate_step(shape, memory.StepLayout(2, 2, micro_batch_size=2), prompt_lengths=[3, 5])
     # N = 2 prompts, P = 5 (the widest), B = 4 rows, S = 7 positions
     #   cache   2 x 4 x 7 x 64                              = 3584
     #   prefill 2*5*64 + 2*5*(4*8 + 3*16)*4 + 2*5*5          = 640 + 3200 + 50 = 3890
@@ -32,20 +32,20 @@ def test_memory_estimate_matches_a_hand_computed_case():
     # training, micro-batch 2 of 7 positions: 2*7*1152 + 3*2*2*10*4 = 16128 + 480 = 16608
     assert est.training == 16608 and est.total == 16608
     # shared prefix (U = 2 distinct prompts): 2*5*1152 + 2*2*5*64 = 11520 + 1280; rows 2*2*1152 + 480
-    pre = memory.estimate_step(shape, prompt_lengths=[3, 5], group_size=2, max_new_tokens=2, micro_batch_size=2,
-                               shared_prefix=True)
+    pre = memory.estimate_step(shape, memory.StepLayout(2, 2, micro_batch_size=2, shared_prefix=True),
+                               prompt_lengths=[3, 5])
     assert pre.training == 11520 + 1280 + 4608 + 480
     # before the first update: gradients (4 bytes) and two fp32 moments per trainable parameter
-    first = memory.estimate_step(shape, prompt_lengths=[3, 5], group_size=2, max_new_tokens=2, micro_batch_size=2,
-                                 first_update_params=1000)
+    first = memory.estimate_step(shape, memory.StepLayout(2, 2, micro_batch_size=2, first_update_params=1000),
+                                 prompt_lengths=[3, 5])
     assert first.training == 16608 + 12000
 
 
 def test_memory_estimate_of_the_long_prompt_case_does_not_fit_24_gib():
     # SmolLM2-135M, 7 prompts of 2,500 tokens x 4 samples: the case that drove memory to 19 of 24 GiB
     shape = memory.ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3, head_dim=64, vocab=49152)
-    est = memory.estimate_step(shape, prompt_lengths=[2500] * 7, group_size=4, max_new_tokens=32, micro_batch_size=8,
-                               shared_prefix=True, first_update_params=134_515_008)
+    layout = memory.StepLayout(4, 32, micro_batch_size=8, shared_prefix=True, first_update_params=134_515_008)
+    est = memory.estimate_step(shape, layout, prompt_lengths=[2500] * 7)
     assert est.total > 0.9 * 24 * 2**30
 
 
@@ -69,9 +69,10 @@ def test_trainer_refuses_a_step_that_will_not_fit_and_says_what_to_lower(tiny_mo
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", train={"micro_batch_size": 4, "shared_prefix": False}))
     prompts = [[5] * 1200, [6] * 1200]
     shape = memory.ModelShape.of(tr.model)
-    kw = dict(prompt_lengths=[1200, 1200], group_size=2, max_new_tokens=4, train_prompts=2, shared_prefix=False,
-              first_update_params=sum(p.numel() for p in tr.model.parameters()))
-    big, small = memory.estimate_step(shape, micro_batch_size=4, **kw), memory.estimate_step(shape, micro_batch_size=1, **kw)
+    first = sum(p.numel() for p in tr.model.parameters())
+    kw = dict(prompt_lengths=[1200, 1200], train_prompts=2)
+    big = memory.estimate_step(shape, memory.StepLayout(2, 4, micro_batch_size=4, first_update_params=first), **kw)
+    small = memory.estimate_step(shape, memory.StepLayout(2, 4, micro_batch_size=1, first_update_params=first), **kw)
     assert small.sampling < small.training < big.training
     monkeypatch.setenv("POLICYLAB_MEM_AVAILABLE", str(int(small.total / 0.9) + 1))
     with pytest.raises(MemoryBudgetError, match=r"set train.micro_batch_size=1 \(the update is the same"):

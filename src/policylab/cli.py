@@ -235,7 +235,7 @@ def _train_critic(args) -> int:
     from pathlib import Path
 
     from policylab.trainer.config import ConfigError, load_config
-    from policylab.trainer.critic_training import train_frozen_critic
+    from policylab.pipelines.critic_pretraining import CriticBudget, train_frozen_critic
     from policylab.trainer.trust import check_imports
 
     cfg = load_config(args.config, args.set or [])
@@ -245,8 +245,8 @@ def _train_critic(args) -> int:
         raise ConfigError(f"{out} already holds a critic (critic.json); pass --overwrite to replace it")
     if args.prompts < 2 or args.group_size < 1 or args.epochs < 1:
         raise ConfigError("--prompts must be >= 2, --group-size and --epochs >= 1")
-    train_frozen_critic(cfg, out, prompts=args.prompts, group_size=args.group_size, epochs=args.epochs,
-                        say=lambda m: print(m, file=sys.stderr))
+    budget = CriticBudget(prompts=args.prompts, group_size=args.group_size, epochs=args.epochs)
+    train_frozen_critic(cfg, out, budget, say=lambda m: print(m, file=sys.stderr))
     print(f"method_params.critic_path={out}")
     return 0
 

@@ -16,7 +16,7 @@ from policylab.errors import MissingQuantityError, PolicylabError
 from policylab.kernels.geometry import FixedSpectrumLinear, principal_frames
 from policylab.models.logprobs import model_logprobs
 from policylab.methods.retention import RetentionSet
-from policylab.methods.stages.geometry import RETENTION_STATE, _lora_layers, iso_layers
+from policylab.methods.families.gradient_geometry import RETENTION_STATE, _lora_layers, iso_layers
 from policylab.tasks.example import Example
 from policylab.trainer.loop import Trainer
 

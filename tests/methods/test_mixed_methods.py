@@ -8,7 +8,7 @@ import torch
 
 from policylab import methods
 from policylab.batch import ProvenanceError
-from policylab.methods.stages import mixed
+from policylab.methods.families import borrowed_rollouts, demonstrations, hints_and_gold
 from policylab.kernels import mixed as K
 from policylab.methods.rows import real_prompts
 from policylab.trainer.loop import Trainer
@@ -91,7 +91,7 @@ def test_off_context_learns_on_the_prompt_alone_and_samples_with_the_hint(tiny_m
     with pytest.raises(K.ContextError, match="same context"):
         tr.round_inputs(tr.prepare(same))
     # both with the hint: the learner's prompt rebuilt on prompt ⊕ hint
-    hinted_prompts = [tr.encode(mixed.with_hint(e.prompt, "Hint: the answer is 3.")) for e in tr.task.heldout(1)]
+    hinted_prompts = [tr.encode(hints_and_gold.with_hint(e.prompt, "Hint: the answer is 3.")) for e in tr.task.heldout(1)]
     from policylab.methods.rows import with_prompts
 
     leaked = with_prompts(batch, hinted_prompts * batch.size, pad_id=tr.tokenizer.pad_token_id)
@@ -179,7 +179,7 @@ def test_grin_denominator_is_the_mixture_in_the_loss(tiny_model_dir, tmp_path):
     lp = tr.worker.role_logprobs("logp_current", batch)
     inp = tensor_inputs(lp, torch.ones(batch.size), batch.loss_mask, logp_ref=batch.logp_ref,
                         extras=dict(batch.extras))
-    w = mixed.mixture_denominator(inp, tr.method.view(mixed.MIXTURE_DENOMINATOR))
+    w = hints_and_gold.mixture_denominator(inp, tr.method.view(hints_and_gold.MIXTURE_DENOMINATOR))
     want = K.grin_mixture_logp(lp, batch.extras["grin_alpha"], batch.extras["grin_gold_match"] > 0.5,
                                batch.loss_mask)
     torch.testing.assert_close(w.logp_old, want)
@@ -206,10 +206,10 @@ def test_grin_with_alpha_zero_is_grpo(tiny_model_dir, tmp_path):
 
 def test_moer_prefix_schedule_never_lengthens():
     p = methods.get("moer").with_params({"prefix_frac": 0.6, "prefix_decay_steps": 10}).p
-    fr = [mixed.prefix_fraction(s, p) for s in range(15)]
+    fr = [demonstrations.prefix_fraction(s, p) for s in range(15)]
     assert fr[0] == 0.6 and fr[10] == 0.0 and all(b <= a for a, b in zip(fr, fr[1:]))
     const = methods.get("moer").with_params({"prefix_decay_steps": 0}).p
-    assert {mixed.prefix_fraction(s, const) for s in range(5)} == {0.5}
+    assert {demonstrations.prefix_fraction(s, const) for s in range(5)} == {0.5}
 
 
 def test_moer_guided_rows_stay_guided_and_mask_the_expert_prefix(tiny_model_dir, tmp_path):
@@ -294,7 +294,7 @@ def test_graft_imports_the_whole_mixed_peer_group_of_an_all_fail_prompt(tiny_mod
     assert peer.name == other_model_dir.name and peer.model is not tr.model
     # receiver: prompt 0 has a success, prompt 1 all fail; the peer's group on prompt 1 is mixed
     ctx = _scripted(source_ctx(tr), [[1, 0, 0, 0, 0, 0, 0, 0], [1, 0, 1, 0]])
-    s = mixed.peer_exchange(2, ctx)
+    s = borrowed_rollouts.peer_exchange(2, ctx)
     b = s.batch
     peer_rows = b.source_rows("peer")
     assert int(peer_rows.sum()) == 4  # the whole group, never one success alone
@@ -308,7 +308,7 @@ def test_graft_imports_the_whole_mixed_peer_group_of_an_all_fail_prompt(tiny_mod
     assert len(s.prompt_ids) == 3 and len(s.texts) == b.size
     # a receiver group with any success, or a uniform peer group: nothing borrowed
     for outcomes in ([[1] + [0] * 7, [1, 1, 1, 1], [1, 1, 1, 1]], [[0] * 8, [0, 0, 0, 0], [1, 1, 1, 1]]):
-        s = mixed.peer_exchange(2, _scripted(source_ctx(tr), outcomes))
+        s = borrowed_rollouts.peer_exchange(2, _scripted(source_ctx(tr), outcomes))
         assert not bool(s.batch.source_rows("peer").any())
 
 

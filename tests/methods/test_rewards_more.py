@@ -13,7 +13,8 @@ from policylab.experiments.exercise import exercise_settings
 from policylab import methods
 from policylab.sandbox import runner as sb
 from policylab.models.frozen_critic import CriticError, FrozenCritic
-from policylab.methods.stages import rich_rewards as rm
+from policylab.methods.families import calibrated_rewards as cr
+from policylab.methods.families import measured_rewards as mr
 from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
@@ -78,7 +79,7 @@ def test_continuation_logprobs_equal_an_unpadded_forward(tiny_model_dir, tmp_pat
 def test_rlcpr_posteriors_come_from_the_policy_forward(tiny_model_dir, tmp_path):
     tr = _trainer(tiny_model_dir, tmp_path, "rlcpr", method_params={"length_threshold": 0.0, "posterior_range": 1.0})
     s, ctx = _sampled(tr)
-    st = _stage(tr, rm.rlcpr_posterior)
+    st = _stage(tr, cr.rlcpr_posterior)
     s.batch = s.batch.replace(rewards=torch.ones(s.batch.size))
     changes, info = st.fn(s, ctx.for_stage(tr.method, st))
     post = changes["extras"]["answer_posterior"]
@@ -106,7 +107,7 @@ def test_rlcr_stage_penalty_path_and_separate_logging(tiny_model_dir, tmp_path):
     texts = [f"{a}\nConfidence: 0.9", f"{a}\nConfidence: 1.4", "x\nConfidence: 0.2", f"{a}"]
     s.texts = texts
     s.examples = [s.examples[0]] * 4
-    st = _stage(tr, rm.rlcr_confidence)
+    st = _stage(tr, cr.rlcr_confidence)
     changes, info = st.fn(s, ctx.for_stage(tr.method, st))
     # correct, q 0.9: 0.99; correct, q out of range: 1 − 1 = 0; wrong, q 0.2: −0.04; correct, missing: 0
     torch.testing.assert_close(changes["rewards"], torch.tensor([0.99, 0.0, -0.04, 0.0]))
@@ -123,7 +124,7 @@ def test_mad_rl_stage_maps_classes_and_keeps_invalid_replies(tiny_model_dir, tmp
     classes = s.examples[0].meta["classes"]
     s.texts = [classes[0], classes[0] + ".", classes[1], "no idea"]
     s.batch = s.batch.replace(outcome={"correct": torch.tensor([1.0, 1.0, 1.0, 0.0])})
-    st = _stage(tr, rm.mad_match)
+    st = _stage(tr, cr.mad_match)
     changes, info = st.fn(s, ctx.for_stage(tr.method, st))
     K = len(classes) + 1
     assert changes["extras"]["class_id"].tolist() == [0, 0, 1, K - 1]
@@ -143,7 +144,7 @@ def test_mad_rl_stage_reads_the_task_mapper(tiny_model_dir, tmp_path):
     assert s.examples[0].meta["mapper"] == "single_mention"
     s.texts = [f"The result is {classes[0]}.", classes[1], f"{classes[0]} or {classes[1]}", "no idea"]
     s.batch = s.batch.replace(outcome={"correct": torch.tensor([1.0, 1.0, 0.0, 0.0])})
-    st = _stage(tr, rm.mad_match)
+    st = _stage(tr, cr.mad_match)
     changes, info = st.fn(s, ctx.for_stage(tr.method, st))
     K = len(classes) + 1
     assert changes["extras"]["class_id"].tolist() == [0, 1, K - 1, K - 1]
@@ -162,7 +163,7 @@ def test_code_opt_stage_gates_on_the_tests(tiny_model_dir, tmp_path):
     s.texts = [ref, f"def {name}(*a):\n    return None\n"]
     s.examples = s.examples[:2]
     s.batch = s.batch.select(torch.arange(2))
-    st = _stage(tr, rm.code_runtime)
+    st = _stage(tr, mr.code_runtime)
     changes, info = st.fn(s, ctx.for_stage(tr.method, st))
     assert changes["outcome"]["correct"].tolist() == [1.0, 0.0]
     r = changes["rewards"]
@@ -194,7 +195,7 @@ def test_code_opt_stops_malicious_candidates_scores_them_zero_and_the_run_goes_o
         PROBLEMS[name].reference,  # honest
     ]
     s.examples = [s.examples[0]] * 6
-    st = _stage(tr, rm.code_runtime)
+    st = _stage(tr, mr.code_runtime)
     changes, info = st.fn(s, ctx.for_stage(tr.method, st))
     assert changes["outcome"]["correct"].tolist() == [0.0] * 5 + [1.0]
     assert changes["rewards"][:5].tolist() == [0.0] * 5  # stopped: scored as failed, no speed reward
@@ -230,7 +231,7 @@ def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tin
 def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path):
     tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
     s, ctx = _sampled(tr)
-    st = _stage(tr, rm.rfpo_critic)
+    st = _stage(tr, mr.rfpo_critic)
     right, _ = st.fn(s, ctx.for_stage(tr.method, st))
     wrong = dataclasses.replace(s, examples=[dataclasses.replace(e, answer="-12345") for e in s.examples])
     flipped, _ = st.fn(wrong, ctx.for_stage(tr.method, st))

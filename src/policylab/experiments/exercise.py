@@ -18,14 +18,14 @@ _CRITIC_BUDGET = {
 def _prepare_rfpo(model: str, workdir: Path, budget: str) -> dict:
     """Train a critic for `model` on its own arithmetic rollouts into workdir/rfpo-critic."""
     from policylab.trainer.config import config_from_dict
-    from policylab.trainer.critic_training import train_frozen_critic
+    from policylab.pipelines.critic_pretraining import CriticBudget, train_frozen_critic
 
     b = dict(_CRITIC_BUDGET[budget])
     out = Path(workdir) / "rfpo-critic"
     if not (out / "critic.json").is_file():
         cfg = config_from_dict({"model": str(model), "run_dir": str(Path(workdir) / "rfpo-critic-run"), "seed": 0,
                                 "rollout": {"max_new_tokens": b.pop("max_new_tokens")}})
-        train_frozen_critic(cfg, out, say=lambda *_: None, **b)
+        train_frozen_critic(cfg, out, CriticBudget(**b), say=lambda *_: None)
     return {"method_params": {"critic_path": str(out)}}
 
 

@@ -1,6 +1,6 @@
 """Kernels of the mixed-policy methods: learning from tokens another policy (or a solver,
 a hinted context, a peer model) produced. Pure functions over tensors; the stages in
-`policylab.methods.stages.mixed` call them.
+the family modules of `policylab.methods.families` call them.
 
 Roles (docs/conventions.md rule 1): `logp` is the learner π_θ on the deployment prompt
 (differentiable), `logp_old` π_old at the sampling weights, `logp_behavior` μ, whatever

@@ -5,16 +5,6 @@ paper's defaults, and the stage functions of its step. `get(name)` returns it wi
 defaults; `get(name).with_params({...}, run)` validates and resolves parameters.
 """
 
-from policylab.methods.families import geometry as _geometry  # noqa: F401  (registers the gradient-geometry methods)
-from policylab.methods.families import graded as _graded  # noqa: F401  (registers the interval and multi-dimensional methods)
-from policylab.methods.families import sequence_objectives as _objectives_more  # noqa: F401  (conspo, zcpo, stare, reco, erpo, tlm_dre, rlid)
-from policylab.methods.families import literature as _literature  # noqa: F401  (registers the literature-only cards)
-from policylab.methods.families import mixed_policy as _mixed  # noqa: F401  (registers the mixed-policy methods)
-from policylab.methods.families import off_policy as _offpolicy  # noqa: F401  (registers the off-policy methods)
-from policylab.methods.families import policy_gradient as _onpolicy  # noqa: F401  (registers the on-policy methods)
-from policylab.methods.families import pipelines as _pipelines  # noqa: F401  (registers ppo_rlhf and fusion)
-from policylab.methods.families import rich_rewards as _rewards_more  # noqa: F401  (registers rlcr, mad_rl, rlcpr, code_opt, rfpo)
-from policylab.methods.families import test_time as _testtime  # noqa: F401  (registers the test-time adaptation methods)
 from policylab.methods.evidence import apply as _apply_evidence
 from policylab.methods.registry import (
     LITERATURE,
@@ -30,6 +20,20 @@ from policylab.methods.registry import (
 )
 from policylab.methods.spec import Card, LossInputs, Method, Param, ParamError, Params, RunShape, Stage, Weighting
 
+
+
+def _register_families() -> None:
+    """Import every module of `policylab.methods.families`: each registers its methods."""
+    import importlib
+    import pkgutil
+
+    from policylab.methods import families
+
+    for info in sorted(pkgutil.iter_modules(families.__path__), key=lambda i: i.name):
+        importlib.import_module(f"{families.__name__}.{info.name}")
+
+
+_register_families()
 _apply_evidence()
 
 

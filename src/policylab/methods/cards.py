@@ -37,10 +37,18 @@ def stage_lines(m: Method) -> list[str]:
     `kind name  module.function  path:line`."""
     out = []
     for s in m.stages():
-        qual, path, line = s.where()[0]
         off = "" if s.is_active(m.p) else "  (off with these parameters)"
-        out.append(f"    {s.kind:<10} {s.name:<22} {qual}  {path}:{line}{off}")
-        for qual, path, line in s.where()[1:]:
+        binds = getattr(s.fn, "binds", None)
+        if binds is not None:  # a binding: the kernel with its inputs and the parameters it takes
+            _, inputs, params = binds
+            kw = ", ".join(f"{k}={v}" for k, v in params.items())
+            out.append(f"    {s.kind:<10} {s.name:<22} binds ({', '.join(inputs)}{'; ' + kw if kw else ''}){off}")
+            kernels = s.where()
+        else:
+            qual, path, line = s.where()[0]
+            out.append(f"    {s.kind:<10} {s.name:<22} {qual}  {path}:{line}{off}")
+            kernels = s.where()[1:]
+        for qual, path, line in kernels:
             out.append(f"    {'':<10} {'':<22}   kernel {qual}  {path}:{line}")
     return out
 

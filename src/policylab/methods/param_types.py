@@ -82,6 +82,10 @@ def non_negative(v) -> str | None:
     return None if v >= 0 else "must be >= 0"
 
 
+def at_least_one(v) -> str | None:
+    return None if v >= 1 else "must be >= 1"
+
+
 def unit_interval(v) -> str | None:
     return None if 0 <= v < 1 else "must be in [0, 1)"
 

@@ -8,7 +8,15 @@ method says which of its values were checked against its paper.
 from __future__ import annotations
 
 from policylab.errors import PolicylabError
-from policylab.methods.spec import Card, Method, Param, RunShape, non_negative, positive, unit_interval
+from policylab.methods.spec import (
+    Card,
+    Method,
+    Param,
+    RunShape,
+    non_negative,
+    positive,
+    unit_interval,
+)
 from policylab.methods.stages import losses, rewards, rounds, sources
 
 
@@ -28,6 +36,13 @@ def clip(eps_low: float | None = 0.2, eps_high: float = 0.2, *, low_optional: bo
         out.append(Param("dual_clip", float, None, "dual-clip constant c > 1 bounding the loss of A < 0 tokens "
                          "(None: off)", optional=True, check=_dual))
     return tuple(out)
+
+
+# the roles of a method sampled by the rollout engine at the current weights (card fields)
+ON_POLICY_ROLES = dict(
+    samples="rollout engine at the current weights (G samples per prompt); π_old = trainer recompute at those weights",
+    learns="π_θ (the only differentiable policy)",
+)
 
 
 def group_std(std: str = "unbiased", eps: float = 1e-6) -> tuple[Param, ...]:
@@ -63,6 +78,30 @@ def kl_header(p) -> tuple[str, str]:
     return "KL", "none (kl_coef = 0)"
 
 
+def group_size_of(run: RunShape) -> int:
+    """The run's group size G (a parameter resolved from the run's shape)."""
+    return run.group_size
+
+
+# a response is positive iff the verifier's raw outcome reaches this (ConSPO's positives, tlm-DRE's polarity)
+VERDICT_THRESHOLD = Param("verdict_threshold", float, 0.5, "a response is positive iff the verifier's raw outcome is >= "
+                          "this (inclusive)")
+
+
+# the learner of the mixed-policy methods, whatever produced the tokens
+DEPLOYMENT_LEARNER = "π_θ on the deployment prompt (the only differentiable policy)"
+
+
+def fewer_than_group(param: str, what: str):
+    """A run check: method parameter `param` (rows per group of another producer) is in [1, G)."""
+    def check(run: RunShape, p) -> None:
+        k = p[param]
+        if not 1 <= k < run.group_size:
+            raise PolicylabError(f"{what}: method parameter {param} = {k} must be >= 1 and < rollout.group_size "
+                                 f"({run.group_size}); the rest of each group is the learner's own rollouts")
+    return check
+
+
 def max_new_tokens(run: RunShape) -> int:
     return run.max_new_tokens
 
@@ -96,5 +135,5 @@ def policy_gradient_method(name: str, card: Card, *, advantage, objective, aggre
         aggregation=aggregation, header=(kl_header,) + tuple(kw.pop("header", ())), **kw)
 
 
-__all__ = ["clip", "group_std", "kl_header", "regularizers", "max_new_tokens", "on_policy_only", "policy_gradient_method",
+__all__ = ["DEPLOYMENT_LEARNER", "ON_POLICY_ROLES", "fewer_than_group", "VERDICT_THRESHOLD", "group_size_of", "clip", "group_std", "kl_header", "regularizers", "max_new_tokens", "on_policy_only", "policy_gradient_method",
            "positive", "non_negative", "unit_interval"]

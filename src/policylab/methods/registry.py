@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import sys
 
 from policylab.errors import PolicylabError
 from policylab.methods.spec import Card, Method
@@ -30,6 +31,8 @@ class LiteratureOnlyError(PolicylabError, NotImplementedError):
 EXTERNAL = "registered outside policylab: nothing of it is measured by this project"
 
 REGISTRY: dict[str, Method] = {}
+# name -> the module whose code called `register` (the shipped methods: policylab.methods.families.*)
+ORIGIN: dict[str, str] = {}
 # literature-only entries: a card and nothing else (no parameters, stages or kernels);
 # every execution path refuses them (`refuse_literature`)
 LITERATURE: dict[str, Card] = {}
@@ -43,7 +46,13 @@ def register(method: Method) -> Method:
     if not method.card.status:
         method = dataclasses.replace(method, card=dataclasses.replace(method.card, status=EXTERNAL))
     REGISTRY[method.name] = method
+    ORIGIN[method.name] = sys._getframe(1).f_globals.get("__name__", "?")
     return method
+
+
+def origin(name: str) -> str:
+    """The module that registered method `name` ("?" when unknown)."""
+    return ORIGIN.get(get(name).name, "?")
 
 
 def register_literature(name: str, card: Card) -> Card:
@@ -118,7 +127,9 @@ def _load(path: str, how: str) -> Method:
         raise UnknownMethodError(f"method {path!r} ({how}) is a {type(method).__name__}, not a policylab Method")
     known = REGISTRY.get(method.name)
     if known is None:
-        return register(method)
+        known = register(method)
+        ORIGIN[method.name] = mod
+        return known
     if known == method or known == dataclasses.replace(method, card=dataclasses.replace(method.card, status=EXTERNAL)):
         return known  # its module registered it on import
     raise UnknownMethodError(f"method {path!r} ({how}) is named {method.name!r}, which another registered method "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from policylab.methods.param_types import Params
 
@@ -112,8 +112,45 @@ class Stage:
 
     def where(self) -> list[tuple[str, str, int]]:
         """(qualified name, file relative to the package root, line) of the stage function
-        and of each kernel."""
-        return [source_location(f) for f in (self.fn, *self.kernels)]
+        and of each kernel (a bound stage's function is its kernel: listed once)."""
+        fns = self.kernels if getattr(self.fn, "binds", None) is not None else (self.fn, *self.kernels)
+        return [source_location(f) for f in fns]
+
+
+def _path(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def bind(kind: str, kernel: Callable, inputs: tuple[str, ...], params: Mapping[str, str] | None = None, *,
+         weighting: bool = False, **stage) -> Stage:
+    """A stage that calls `kernel` directly: its positional arguments are the `inputs`
+    (paths on the stage's LossInputs, e.g. "logp" or "batch.logp_behavior"; a "batch.X"
+    input is required of the batch, so a missing role is refused naming the stage), its
+    keyword arguments the method parameters `params` maps them from ({kernel kwarg:
+    method parameter}). With `weighting` the kernel returns (weights, metrics) and the
+    stage a `Weighting`. Instead of a pass-through function per kernel, the binding is the
+    declaration; `fn.binds` records it for the cards."""
+    params = dict(params or {})
+    name = stage.pop("name", kernel.__name__)
+    needed = tuple(i.partition(".")[2] for i in inputs if i.startswith("batch."))
+
+    def fn(inp, p):
+        if needed:
+            inp.batch.require(name, *needed)
+        out = kernel(*(_path(inp, i) for i in inputs), **{k: getattr(p, v) for k, v in params.items()})
+        if weighting:
+            from policylab.methods.spec import Weighting
+
+            w, metrics = out
+            return Weighting(weight=w, metrics=metrics)
+        return out
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.binds = (kernel, inputs, params)
+    reads = stage.pop("reads", tuple(i.removeprefix("batch.") for i in inputs if i not in ("adv", "mask")))
+    return Stage(kind, fn, name=name, kernels=(kernel,), params=tuple(params.values()), reads=reads, **stage)
 
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds `policylab/`

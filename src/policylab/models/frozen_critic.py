@@ -3,7 +3,7 @@
 V_ψ(prefix) = σ(head(h(prefix))), where h is the last hidden state of the base model (the
 model the critic was trained for, loaded read-only) at the last token of the prefix, and
 head a two-layer MLP. It predicts the probability that the reply, continued from this
-prefix by the base policy, ends correct. `policylab.trainer.critic_training.train_frozen_critic`
+prefix by the base policy, ends correct. `policylab.pipelines.critic_pretraining.train_frozen_critic`
 trains the head on the base model's own labelled rollouts and writes a checkpoint
 directory:
 

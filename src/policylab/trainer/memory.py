@@ -42,6 +42,8 @@ refused (MemoryBudgetError) when its estimate exceeds 90% of what is available.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from dataclasses import dataclass, field
 
@@ -99,8 +101,23 @@ class StepEstimate:
         return max(self.sampling, self.training)
 
 
-def sampling_bytes(shape: ModelShape, *, n_prompts: int, prompt_len: int, group_size: int, max_new_tokens: int) -> dict:
-    N, P, G, T = n_prompts, prompt_len, group_size, max_new_tokens
+@dataclass(frozen=True)
+class StepLayout:
+    """The layout of one step's work: G samples per prompt of <= max_new_tokens, trained
+    in `minibatches` minibatches of micro-batches of `micro_batch_size` rows (each distinct
+    prompt computed once with `shared_prefix`); `first_update_params` > 0 before the first
+    update (its gradients and AdamW moments are allocated then)."""
+
+    group_size: int
+    max_new_tokens: int
+    micro_batch_size: int = 8
+    minibatches: int = 1
+    shared_prefix: bool = False
+    first_update_params: int = 0
+
+
+def sampling_bytes(shape: ModelShape, layout: StepLayout, *, n_prompts: int, prompt_len: int) -> dict:
+    N, P, G, T = n_prompts, prompt_len, layout.group_size, layout.max_new_tokens
     B, S, b = N * G, P + T, shape.bytes_per_element
     return {
         "kv cache": 2 * B * S * shape.kv_bytes,
@@ -109,38 +126,32 @@ def sampling_bytes(shape: ModelShape, *, n_prompts: int, prompt_len: int, group_
     }
 
 
-def training_bytes(shape: ModelShape, *, n_prompts: int, prompt_len: int, group_size: int, max_new_tokens: int,
-                   micro_batch_size: int, minibatches: int = 1, shared_prefix: bool = False,
-                   first_update_params: int = 0) -> dict:
-    N, P, G, T = n_prompts, prompt_len, group_size, max_new_tokens
-    rows_per_minibatch = max(1, (N * G) // max(1, minibatches))
-    m = min(micro_batch_size, rows_per_minibatch)
+def training_bytes(shape: ModelShape, layout: StepLayout, *, n_prompts: int, prompt_len: int) -> dict:
+    N, P, G, T = n_prompts, prompt_len, layout.group_size, layout.max_new_tokens
+    rows_per_minibatch = max(1, (N * G) // max(1, layout.minibatches))
+    m = min(layout.micro_batch_size, rows_per_minibatch)
     parts = {}
-    if shared_prefix and G >= 2:
+    if layout.shared_prefix and G >= 2:
         U = min(N, rows_per_minibatch)
         parts["shared prompt prefix"] = U * P * shape.act_bytes + 2 * m * P * shape.kv_bytes
         parts["micro-batch"] = m * T * shape.act_bytes + 3 * m * T * shape.vocab * 4
     else:
         parts["micro-batch"] = m * (P + T) * shape.act_bytes + 3 * m * T * shape.vocab * 4
-    if first_update_params:
-        parts["gradients + AdamW moments (first update)"] = first_update_params * (shape.bytes_per_element + 8)
+    if layout.first_update_params:
+        parts["gradients + AdamW moments (first update)"] = layout.first_update_params * (shape.bytes_per_element + 8)
     return parts
 
 
-def estimate_step(shape: ModelShape, *, prompt_lengths, group_size: int, max_new_tokens: int, micro_batch_size: int,
-                  train_prompts: int | None = None, minibatches: int = 1, shared_prefix: bool = False,
-                  first_update_params: int = 0) -> StepEstimate:
+def estimate_step(shape: ModelShape, layout: StepLayout, *, prompt_lengths, train_prompts: int | None = None
+                  ) -> StepEstimate:
     """The estimate of the module docstring for one sampling call over prompts of
     `prompt_lengths` (tokens) and the training of a batch of `train_prompts` such prompts
     (default: as many as sampled)."""
     lengths = list(prompt_lengths)
     P = max(lengths) if lengths else 0
-    n_sample = len(lengths)
-    n_train = train_prompts if train_prompts is not None else n_sample
-    s = sampling_bytes(shape, n_prompts=n_sample, prompt_len=P, group_size=group_size, max_new_tokens=max_new_tokens)
-    t = training_bytes(shape, n_prompts=n_train, prompt_len=P, group_size=group_size, max_new_tokens=max_new_tokens,
-                       micro_batch_size=micro_batch_size, minibatches=minibatches, shared_prefix=shared_prefix,
-                       first_update_params=first_update_params)
+    n_train = train_prompts if train_prompts is not None else len(lengths)
+    s = sampling_bytes(shape, layout, n_prompts=len(lengths), prompt_len=P)
+    t = training_bytes(shape, layout, n_prompts=n_train, prompt_len=P)
     return StepEstimate(sampling=sum(s.values()), training=sum(t.values()),
                         parts={**{f"sampling: {k}": v for k, v in s.items()}, **{f"training: {k}": v for k, v in t.items()}})
 
@@ -209,10 +220,10 @@ def check_sampling(trainer, prompts) -> None:
     if critic is not None and critic_opt is not None and not critic_opt.state:
         first += sum(p.numel() for p in critic.parameters() if p.requires_grad)
     lengths = [len(p) for p in prompts]
-    kw = dict(prompt_lengths=lengths, group_size=r.group_size, max_new_tokens=r.max_new_tokens,
-              train_prompts=r.prompts_per_step, minibatches=t.minibatches, shared_prefix=t.shared_prefix,
-              first_update_params=first)
-    est = estimate_step(shape, micro_batch_size=t.micro_batch_size, **kw)
+    layout = StepLayout(group_size=r.group_size, max_new_tokens=r.max_new_tokens, micro_batch_size=t.micro_batch_size,
+                        minibatches=t.minibatches, shared_prefix=t.shared_prefix, first_update_params=first)
+    kw = dict(prompt_lengths=lengths, train_prompts=r.prompts_per_step)
+    est = estimate_step(shape, layout, **kw)
     limit = FIT_FRACTION * avail
     if est.total <= limit:
         return
@@ -227,7 +238,8 @@ def check_sampling(trainer, prompts) -> None:
         if t.shared_prefix:
             options += [(False, mb) for mb in range(t.micro_batch_size, 0, -1)]
         for prefix, mb in options:
-            if estimate_step(shape, micro_batch_size=mb, **{**kw, "shared_prefix": prefix}).total <= limit:
+            other = dataclasses.replace(layout, micro_batch_size=mb, shared_prefix=prefix)
+            if estimate_step(shape, other, **kw).total <= limit:
                 change = f"train.micro_batch_size={mb}" if prefix == t.shared_prefix else \
                     f"train.shared_prefix=false and train.micro_batch_size={mb}"
                 advice = (f"set {change} (the update is the same up to float rounding; "
@@ -252,7 +264,8 @@ def check_eval(trainer) -> None:
     shape = ModelShape.of(trainer.model)
     n = min(e.batch_size, len(prompts))
     P = max(len(p) for p in prompts)
-    parts = sampling_bytes(shape, n_prompts=n, prompt_len=P, group_size=e.samples, max_new_tokens=e.max_new_tokens)
+    parts = sampling_bytes(shape, StepLayout(group_size=e.samples, max_new_tokens=e.max_new_tokens), n_prompts=n,
+                           prompt_len=P)
     est = StepEstimate(sampling=sum(parts.values()), training=0, parts={f"sampling: {k}": v for k, v in parts.items()})
     if est.total > FIT_FRACTION * avail:
         _refuse(est, avail, f"evaluation ({n} prompts of up to {P} tokens x {e.samples} samples per batch)",

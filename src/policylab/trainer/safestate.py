@@ -206,6 +206,8 @@ class _Decoder:
         return self.tensors[name]
 
     def node(self, x):
+        """The Python value of one JSON node: plain JSON values as they are, a tagged
+        object ({"$tag": value, ...}) through the reader of its tag; anything else refused."""
         if x is None or isinstance(x, (bool, int, float, str)):
             return x
         if isinstance(x, list):
@@ -215,86 +217,104 @@ class _Decoder:
         tags = [k for k in x if k.startswith("$")]
         if len(tags) != 1:
             raise StateFormatError(f"a state node must have exactly one $tag, got keys {sorted(x)}")
-        tag, v = tags[0], x[tags[0]]
-        if tag == "$float":
-            if v not in ("nan", "inf", "-inf"):
-                raise StateFormatError(f"bad $float {v!r}")
-            return float(v)
-        if tag == "$tuple":
-            return tuple(self.node(i) for i in _list(v, tag))
-        if tag == "$set":
-            return {self.node(i) for i in _list(v, tag)}
-        if tag == "$frozenset":
-            return frozenset(self.node(i) for i in _list(v, tag))
-        if tag == "$dict":
-            if not isinstance(v, dict):
-                raise StateFormatError("$dict must hold an object")
-            return {k: self.node(i) for k, i in v.items()}
-        if tag in ("$items", "$odict"):
-            out = {} if tag == "$items" else collections.OrderedDict()
-            for pair in _list(v, tag):
-                if not isinstance(pair, list) or len(pair) != 2:
-                    raise StateFormatError("$items entries must be [key, value] pairs")
-                out[self.node(pair[0])] = self.node(pair[1])
-            return out
-        if tag == "$tensor":
-            t = self.tensor(v)
-            if "device" in x:
-                try:
-                    t = t.to(torch.device(str(x["device"])))
-                except (RuntimeError, AssertionError, TypeError) as exc:
-                    raise StateFormatError(
-                        f"the state holds tensors on {x['device']!r}, which this machine cannot use ({exc})") from None
-            if x.get("requires_grad"):
-                t = t.requires_grad_(True)
-            return t
-        if tag == "$dtype":
-            if v not in _DTYPES:
-                raise StateFormatError(f"unknown dtype {v!r}")
-            return _DTYPES[v]
-        if tag == "$ndarray":
-            buf = self.tensor(v)
+        reader = self.READERS.get(tags[0])
+        if reader is None:
+            raise StateFormatError(f"unknown state tag {tags[0]!r}")
+        return reader(self, x[tags[0]], x)
+
+    def _float(self, v, x):
+        if v not in ("nan", "inf", "-inf"):
+            raise StateFormatError(f"bad $float {v!r}")
+        return float(v)
+
+    def _dict(self, v, x):
+        if not isinstance(v, dict):
+            raise StateFormatError("$dict must hold an object")
+        return {k: self.node(i) for k, i in v.items()}
+
+    def _items(self, v, out, tag):
+        for pair in _list(v, tag):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise StateFormatError("$items entries must be [key, value] pairs")
+            out[self.node(pair[0])] = self.node(pair[1])
+        return out
+
+    def _tensor(self, v, x):
+        t = self.tensor(v)
+        if "device" in x:
             try:
-                dtype = np.dtype(x["dtype"])
-                if dtype.kind not in "biufc":
-                    raise TypeError(dtype)
-                shape = tuple(int(s) for s in x["shape"])
-                return np.frombuffer(buf.numpy().tobytes(), dtype=dtype).reshape(shape).copy()
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StateFormatError(f"bad $ndarray node: {exc}") from None
-        if tag == "$npscalar":
-            try:
-                dtype = np.dtype(v)
-                if dtype.kind not in "biufc":
-                    raise TypeError(dtype)
-                return np.frombuffer(bytes.fromhex(x["hex"]), dtype=dtype)[0]
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                raise StateFormatError(f"bad $npscalar node: {exc}") from None
-        if tag == "$dataclass":
-            cls = _allowed().get(v) if isinstance(v, str) else None
-            if cls is None:
+                t = t.to(torch.device(str(x["device"])))
+            except (RuntimeError, AssertionError, TypeError) as exc:
                 raise StateFormatError(
-                    f"the state holds a dataclass named {v!r}, which is not an allowed type "
-                    f"(allowed: {', '.join(sorted(_allowed()))})"
-                )
-            fields = x.get("fields")
-            if not isinstance(fields, dict):
-                raise StateFormatError(f"$dataclass {v} has no fields object")
-            known = {f.name: f for f in dataclasses.fields(cls)}
-            unknown = sorted(set(fields) - set(known))
-            if unknown:
-                raise StateFormatError(f"saved {v} has field(s) {unknown} that this version of {v} does not have")
-            values = {k: self.node(i) for k, i in fields.items()}
-            init = {k: val for k, val in values.items() if known[k].init}
-            try:
-                obj = cls(**init)
-            except (TypeError, ValueError) as exc:
-                raise StateFormatError(f"cannot rebuild {v}: {exc}") from None
-            for k, val in values.items():
-                if not known[k].init:
-                    object.__setattr__(obj, k, val)
-            return obj
-        raise StateFormatError(f"unknown state tag {tag!r}")
+                    f"the state holds tensors on {x['device']!r}, which this machine cannot use ({exc})") from None
+        if x.get("requires_grad"):
+            t = t.requires_grad_(True)
+        return t
+
+    def _dtype(self, v, x):
+        if v not in _DTYPES:
+            raise StateFormatError(f"unknown dtype {v!r}")
+        return _DTYPES[v]
+
+    def _ndarray(self, v, x):
+        buf = self.tensor(v)
+        try:
+            dtype = np.dtype(x["dtype"])
+            if dtype.kind not in "biufc":
+                raise TypeError(dtype)
+            shape = tuple(int(s) for s in x["shape"])
+            return np.frombuffer(buf.numpy().tobytes(), dtype=dtype).reshape(shape).copy()
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateFormatError(f"bad $ndarray node: {exc}") from None
+
+    def _npscalar(self, v, x):
+        try:
+            dtype = np.dtype(v)
+            if dtype.kind not in "biufc":
+                raise TypeError(dtype)
+            return np.frombuffer(bytes.fromhex(x["hex"]), dtype=dtype)[0]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise StateFormatError(f"bad $npscalar node: {exc}") from None
+
+    def _dataclass(self, v, x):
+        cls = _allowed().get(v) if isinstance(v, str) else None
+        if cls is None:
+            raise StateFormatError(
+                f"the state holds a dataclass named {v!r}, which is not an allowed type "
+                f"(allowed: {', '.join(sorted(_allowed()))})"
+            )
+        fields = x.get("fields")
+        if not isinstance(fields, dict):
+            raise StateFormatError(f"$dataclass {v} has no fields object")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - set(known))
+        if unknown:
+            raise StateFormatError(f"saved {v} has field(s) {unknown} that this version of {v} does not have")
+        values = {k: self.node(i) for k, i in fields.items()}
+        try:
+            obj = cls(**{k: val for k, val in values.items() if known[k].init})
+        except (TypeError, ValueError) as exc:
+            raise StateFormatError(f"cannot rebuild {v}: {exc}") from None
+        for k, val in values.items():
+            if not known[k].init:
+                object.__setattr__(obj, k, val)
+        return obj
+
+    # the one table of what a state file may hold: tag -> reader(self, value, node)
+    READERS = {
+        "$float": _float,
+        "$tuple": lambda self, v, x: tuple(self.node(i) for i in _list(v, "$tuple")),
+        "$set": lambda self, v, x: {self.node(i) for i in _list(v, "$set")},
+        "$frozenset": lambda self, v, x: frozenset(self.node(i) for i in _list(v, "$frozenset")),
+        "$dict": _dict,
+        "$items": lambda self, v, x: self._items(v, {}, "$items"),
+        "$odict": lambda self, v, x: self._items(v, collections.OrderedDict(), "$odict"),
+        "$tensor": _tensor,
+        "$dtype": _dtype,
+        "$ndarray": _ndarray,
+        "$npscalar": _npscalar,
+        "$dataclass": _dataclass,
+    }
 
 
 def _list(v, tag):

@@ -70,7 +70,7 @@ def test_bad_input():
 
 
 def test_round_stage_weights_depend_on_the_prompt_and_reference_only(tiny_model_dir, tmp_path):
-    from policylab.methods.stages import sequence_objectives as more
+    from policylab.methods.families import reweighting as more
     from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 

@@ -141,7 +141,7 @@ def grin_mixture(p_old, alpha):
 @example("grin_injection_rule")
 def grin_injection_rule(group_size, alpha, ema):
     """How many gold rows an all-fail group gets under the success-decay schedule."""
-    from policylab.methods.stages.mixed import gold_count
+    from policylab.methods.families.hints_and_gold import gold_count
 
     class P:
         grin_alpha, grin_schedule = alpha, "success_decay"
@@ -192,7 +192,7 @@ def moer_unit_ratio(lp, lp_old, adv):
 @example("moer_schedule")
 def moer_schedule(prefix_frac, decay_steps, steps):
     """The prefix fraction over steps: linear decay, never increasing."""
-    from policylab.methods.stages.mixed import prefix_fraction
+    from policylab.methods.families.demonstrations import prefix_fraction
 
     class P:
         pass

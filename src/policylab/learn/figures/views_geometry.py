@@ -12,7 +12,7 @@ from torch import nn
 
 from policylab.methods.context import SetupContext
 from policylab.methods.spec import Method
-from policylab.methods.stages.geometry import RETENTION_STATE, iso_layers
+from policylab.methods.families.gradient_geometry import RETENTION_STATE, iso_layers
 from policylab.learn.figures.model import RUN, Mark, Panel, Series, T, view
 from policylab.learn.figures.common import F64, grid, stage_context, stage_named
 

@@ -1,7 +1,9 @@
-"""Stage functions: how a method's stages read a `RolloutBatch` and call the pure kernels.
+"""The stages many methods share, one module per kind (sources, rewards, filters, rounds,
+advantages, losses, provenance metrics). A stage only one family uses lives in that
+family's module (`policylab.methods.families`), beside its registration.
 
-Each module holds the stages of one kind; each stage is a small function plus a `Stage`
-object that says what it reads, writes and which parameters it takes. Signatures by kind:
+Each stage is a small function plus a `Stage` object that says what it reads, writes,
+which parameters it takes and which optional backend calls it needs. Signatures by kind:
 
     model       fn(model, setup_ctx) -> model      (once, before the optimizer is built)
     source      fn(n_prompts, ctx) -> Sampled

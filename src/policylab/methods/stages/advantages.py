@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from policylab.batch import RolloutBatch
+from policylab.errors import PolicylabError
 from policylab.kernels import advantages as A
 from policylab.kernels import objectives as O
-from policylab.batch import RolloutBatch
+from policylab.kernels.advantages.verdict import verdict_polarity
 from policylab.kernels.corrections.common import masked_log_ratio
-from policylab.errors import PolicylabError
 from policylab.methods.context import StageContext
 from policylab.methods.spec import Advantages, Stage
 
@@ -165,3 +166,15 @@ def gprl(batch: RolloutBatch, ctx: StageContext) -> Advantages:
 RANGE_GRPO = Stage("advantage", range_grpo, kernels=(A.range_grpo,), reads=("reward_intervals", "group"))
 GPRL = Stage("advantage", gprl, kernels=(A.gprl,), params=("dimension_weights", "std", "eps"),
              reads=("reward_vectors", "group"))
+
+
+def verdict(batch: RolloutBatch, ctx: StageContext) -> Advantages:
+    """±1 per response from the verifier's raw outcome: +1 iff outcome["correct"] >=
+    `verdict_threshold` (inclusive). ConSPO reads positives from it, tlm-DRE polarities."""
+    batch.require("verdicts", "outcome.correct")
+    adv = verdict_polarity(batch.outcome["correct"], ctx.p.verdict_threshold)
+    return Advantages(adv, info={"positive_frac": float((adv > 0).double().mean())})
+
+
+VERDICT = Stage("advantage", verdict, kernels=(verdict_polarity,), params=("verdict_threshold",),
+                reads=("outcome.correct",))

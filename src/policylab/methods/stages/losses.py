@@ -19,49 +19,17 @@ from policylab.kernels import objectives as O
 from policylab.kernels.checks import masked_mean
 from policylab.errors import PolicylabError
 from policylab.methods.spec import LossInputs, Stage, Weighting
+from policylab.methods.stage import bind
 
 # ----------------------------------------------------------------------------- objectives
-
-
-def ppo_clip(inp: LossInputs, p):
-    return O.ppo_clip(inp.logp, inp.logp_old, inp.adv, inp.mask, eps_low=p.eps_low, eps_high=p.eps_high,
-                      dual_clip=p.dual_clip)
-
-
-def gspo(inp: LossInputs, p):
-    return O.gspo(inp.logp, inp.logp_old, inp.adv, inp.mask, eps_low=p.eps_low, eps_high=p.eps_high)
-
-
-def luspo(inp: LossInputs, p):
-    return O.luspo(inp.logp, inp.logp_old, inp.adv, inp.mask, eps_low=p.eps_low, eps_high=p.eps_high)
-
-
-def cispo(inp: LossInputs, p):
-    return O.cispo(inp.logp, inp.logp_old, inp.adv, inp.mask, eps_low=p.eps_low, eps_high=p.eps_high)
-
-
-def gppo(inp: LossInputs, p):
-    return O.gppo(inp.logp, inp.logp_old, inp.adv, inp.mask, eps_low=p.eps_low, eps_high=p.eps_high)
-
-
-def reinforce(inp: LossInputs, p):
-    """−A·lp: REINFORCE on the learner's log-probs (no ratio)."""
-    return O.reinforce(inp.logp, inp.adv, inp.mask)
+# A stage that only calls its kernel is a binding (`methods.stage.bind`): the kernel's inputs by
+# role, its keyword arguments from the method's parameters. The others below do more.
 
 
 def unit_policy_gradient(inp: LossInputs, p):
     """−A·exp(lp − sg(lp)): the policy gradient at ratio 1 (value −A, gradient −A·∇lp),
     for methods whose every batch gets exactly one update (no clip needed, none applied)."""
     return O.reinforce(inp.logp, inp.adv, inp.mask, carrier="unit")
-
-
-def ripo(inp: LossInputs, p):
-    return O.ripo(inp.logp, inp.logp_old, inp.adv, inp.mask, delta=p.delta)
-
-
-def gppo_fdiv(inp: LossInputs, p):
-    return O.gppo_fdiv(inp.logp, inp.logp_old, inp.adv, inp.mask, divergence=p.divergence, topology=p.topology,
-                       delta=p.delta)
 
 
 def tapo(inp: LossInputs, p):
@@ -73,20 +41,18 @@ def tapo(inp: LossInputs, p):
     return O.tapo(inp.logp, inp.logp_old, inp.adv, inp.mask, eps_schedule=schedule)
 
 
-_CLIP = ("eps_low", "eps_high")
-PPO_CLIP = Stage("objective", ppo_clip, kernels=(O.ppo_clip,), params=_CLIP + ("dual_clip",),
-                 reads=("logp", "logp_old"), inert_at_zero_adv=True)
-GSPO = Stage("objective", gspo, kernels=(O.gspo,), params=_CLIP, reads=("logp", "logp_old"), inert_at_zero_adv=True)
-LUSPO = Stage("objective", luspo, kernels=(O.luspo,), params=_CLIP, reads=("logp", "logp_old"))
-CISPO = Stage("objective", cispo, kernels=(O.cispo,), params=_CLIP, reads=("logp", "logp_old"),
-              inert_at_zero_adv=True)
-GPPO = Stage("objective", gppo, kernels=(O.gppo,), params=_CLIP, reads=("logp", "logp_old"), inert_at_zero_adv=True)
-REINFORCE = Stage("objective", reinforce, kernels=(O.reinforce,), reads=("logp",), inert_at_zero_adv=True)
+_RATIO = ("logp", "logp_old", "adv", "mask")
+_BOUNDS = {"eps_low": "eps_low", "eps_high": "eps_high"}
+PPO_CLIP = bind("objective", O.ppo_clip, _RATIO, {**_BOUNDS, "dual_clip": "dual_clip"}, inert_at_zero_adv=True)
+GSPO = bind("objective", O.gspo, _RATIO, _BOUNDS, inert_at_zero_adv=True)
+LUSPO = bind("objective", O.luspo, _RATIO, _BOUNDS)
+CISPO = bind("objective", O.cispo, _RATIO, _BOUNDS, inert_at_zero_adv=True)
+GPPO = bind("objective", O.gppo, _RATIO, _BOUNDS, inert_at_zero_adv=True)
+REINFORCE = bind("objective", O.reinforce, ("logp", "adv", "mask"), inert_at_zero_adv=True)
 UNIT_POLICY_GRADIENT = Stage("objective", unit_policy_gradient, kernels=(O.reinforce,), reads=("logp",),
                              inert_at_zero_adv=True)
-RIPO = Stage("objective", ripo, kernels=(O.ripo,), params=("delta",), reads=("logp", "logp_old"))
-GPPO_FDIV = Stage("objective", gppo_fdiv, kernels=(O.gppo_fdiv,), params=("divergence", "topology", "delta"),
-                  reads=("logp", "logp_old"))
+RIPO = bind("objective", O.ripo, _RATIO, {"delta": "delta"})
+GPPO_FDIV = bind("objective", O.gppo_fdiv, _RATIO, {"divergence": "divergence", "topology": "topology", "delta": "delta"})
 TAPO = Stage("objective", tapo, kernels=(O.tapo,), params=("eps0", "tau"), reads=("logp", "logp_old"))
 
 # ----------------------------------------------------------------------------- corrections
@@ -99,33 +65,12 @@ def _engine_roles(inp: LossInputs, method: str):
     return inp.batch.logp_old, inp.batch.logp_behavior
 
 
-def tis(inp: LossInputs, p) -> Weighting:
-    w, m = C.tis(*_engine_roles(inp, "tis"), inp.mask, cap=p.tis_cap)
-    return Weighting(weight=w, metrics=m)
-
-
-def icepop(inp: LossInputs, p) -> Weighting:
-    w, m = C.icepop(*_engine_roles(inp, "icepop"), inp.mask, low=p.icepop_low, high=p.icepop_high)
-    return Weighting(weight=w, metrics=m)
-
-
 def icepop_current(inp: LossInputs, p) -> Weighting:
     """IcePop's band on sg(π_θ)/μ: the learner itself is π_old in value (each batch gets
     exactly one update at the version that sampled it)."""
     inp.batch.require("online_icepop", "logp_behavior")
     w, m = C.icepop(inp.logp.detach(), inp.batch.logp_behavior, inp.mask, low=p.icepop_low, high=p.icepop_high)
     return Weighting(weight=w, metrics={k.replace("icepop/", "online_icepop/", 1): v for k, v in m.items()})
-
-
-def kpop(inp: LossInputs, p) -> Weighting:
-    w, m = C.kpop(*_engine_roles(inp, "kpop"), inp.mask, delta=p.kpop_delta, in_region_weight=p.kpop_weight)
-    return Weighting(weight=w, metrics=m)
-
-
-def mis(inp: LossInputs, p) -> Weighting:
-    w, m = C.mis(*_engine_roles(inp, "mis"), inp.mask, low=p.mis_low, high=p.mis_high, kind=p.mis_kind,
-                 mode=p.mis_mode)
-    return Weighting(weight=w, metrics=m)
 
 
 def engine_weight(inp: LossInputs, p) -> Weighting:
@@ -137,18 +82,15 @@ def engine_weight(inp: LossInputs, p) -> Weighting:
 
 
 _ENGINE = {"tis": ("tis_cap",), "icepop": ("icepop_low", "icepop_high"), "kpop": ("kpop_delta", "kpop_weight")}
+_DECOUPLED: dict = {}  # engine_correction -> its stage (filled below, once the stages exist)
 
 
 def decoupled_engine(inp: LossInputs, p) -> Weighting:
     """Missing-old-logits: the chosen engine correction (`engine_correction`) on the
     discrepancy d = π_old/μ only; the host's clip acts on the staleness s = π_θ/π_old."""
     kind = p.engine_correction
-    if kind == "tis":
-        return tis(inp, p)
-    if kind == "icepop":
-        return icepop(inp, p)
-    if kind == "kpop":
-        return kpop(inp, p)
+    if kind in _DECOUPLED:
+        return _DECOUPLED[kind].fn(inp, p)
     raise PolicylabError(f"missing_old_logits: engine_correction must be tis, icepop or kpop, got {kind!r}")
 
 
@@ -172,13 +114,17 @@ def gmc(inp: LossInputs, p) -> Weighting:
 
 
 _ENG = ("logp_old", "logp_behavior")
-TIS = Stage("correction", tis, kernels=(C.tis,), params=("tis_cap",), reads=_ENG)
-ICEPOP = Stage("correction", icepop, kernels=(C.icepop,), params=("icepop_low", "icepop_high"), reads=_ENG)
+_ENGINE_ROLES = ("batch.logp_old", "batch.logp_behavior", "mask")
+TIS = bind("correction", C.tis, _ENGINE_ROLES, {"cap": "tis_cap"}, weighting=True)
+ICEPOP = bind("correction", C.icepop, _ENGINE_ROLES, {"low": "icepop_low", "high": "icepop_high"}, weighting=True)
 ICEPOP_CURRENT = Stage("correction", icepop_current, kernels=(C.icepop,), params=("icepop_low", "icepop_high"),
                        reads=("logp", "logp_behavior"))
-KPOP = Stage("correction", kpop, kernels=(C.kpop,), params=("kpop_delta", "kpop_weight"), reads=_ENG)
-MIS = Stage("correction", mis, kernels=(C.mis,), params=("mis_low", "mis_high", "mis_kind", "mis_mode"), reads=_ENG)
+KPOP = bind("correction", C.kpop, _ENGINE_ROLES, {"delta": "kpop_delta", "in_region_weight": "kpop_weight"},
+            weighting=True)
+MIS = bind("correction", C.mis, _ENGINE_ROLES, {"low": "mis_low", "high": "mis_high", "kind": "mis_kind",
+                                                "mode": "mis_mode"}, weighting=True)
 ENGINE_WEIGHT = Stage("correction", engine_weight, kernels=(C.tis,), params=("engine_cap",), reads=_ENG)
+_DECOUPLED.update(tis=TIS, icepop=ICEPOP, kpop=KPOP)
 DECOUPLED_ENGINE = Stage("correction", decoupled_engine, kernels=(C.tis, C.icepop, C.kpop),
                          params=("engine_correction",) + sum(_ENGINE.values(), ()), reads=_ENG)
 SIS_DENOMINATOR = Stage("correction", sis_denominator, kernels=(C.sis,), reads=("extras.sis_accepted",))
@@ -203,7 +149,7 @@ def entropy_bonus(inp: LossInputs, p):
     """−c · H(π_θ(·|s_t)) on every counted token (an exploration bonus)."""
     if inp.entropy is None:
         raise PolicylabError("entropy_coef > 0 needs the per-token entropy of the current policy")
-    return -p.entropy_coef * torch.where(inp.mask, inp.entropy, torch.zeros((), dtype=inp.entropy.dtype)), {}
+    return O.entropy_bonus(inp.entropy, inp.mask, coef=p.entropy_coef), {}
 
 
 def positive_nll(inp: LossInputs, p):
@@ -223,7 +169,7 @@ def _correct(batch) -> torch.Tensor:
 
 KL_LOSS = Stage("addend", kl_loss, kernels=(kl_mod.k1, kl_mod.k2, kl_mod.k3), params=("kl_coef", "kl_estimator",
                 "kl_placement"), reads=("logp", "logp_ref"), active=kl_in_loss)
-ENTROPY_BONUS = Stage("addend", entropy_bonus, params=("entropy_coef",), reads=("entropy",),
+ENTROPY_BONUS = Stage("addend", entropy_bonus, kernels=(O.entropy_bonus,), params=("entropy_coef",), reads=("entropy",),
                       active=lambda p: p.entropy_coef > 0)
 POSITIVE_NLL = Stage("term", positive_nll, name="nll", kernels=(A.positive_nll,), params=("nll_coef",), reads=("logp", "outcome.correct"),
                      active=lambda p: p.nll_coef > 0, term_mask=positive_nll_mask, term_aggregation="token_mean")

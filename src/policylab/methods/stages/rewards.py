@@ -10,10 +10,18 @@ import math
 
 import torch
 
-from policylab.kernels import rewards as rw
 from policylab.errors import NonFiniteError, PolicylabError
+from policylab.kernels import rewards as rw
 from policylab.methods.context import Sampled, StageContext
 from policylab.methods.spec import Stage
+
+
+def verifier_scores(ctx: StageContext, texts: list[str], answers: list[str], who: str) -> torch.Tensor:
+    """[B] float32 scores of the task's own verifier (None from it is refused, naming `who`)."""
+    vals = ctx.task_reward(texts, answers)
+    if any(v is None for v in vals):
+        raise PolicylabError(f"{who}: the task verifier returned None: a verifier must score every reply")
+    return torch.tensor([float(v) for v in vals], dtype=torch.float32)
 
 
 def scorer(verifier_fn, shaping=()):

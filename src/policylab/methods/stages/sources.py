@@ -7,8 +7,11 @@ records the behavior's top-K log-probs at every position (SIS needs its envelope
 
 from __future__ import annotations
 
+from policylab.batch import RolloutBatch
 from policylab.methods.context import Sampled, StageContext
+from policylab.methods.rows import build_rows, response_ids
 from policylab.methods.spec import Stage
+from policylab.tasks import guidance
 
 
 def _generate(n_prompts: int, ctx: StageContext, record_topk: int) -> Sampled:
@@ -39,3 +42,40 @@ SOURCE_WRITES = ("tokens", "loss_mask", "logp_behavior", "group", "policy_versio
 ON_POLICY = Stage("source", on_policy, writes=SOURCE_WRITES)
 ON_POLICY_TOPK = Stage("source", on_policy_topk, params=("sis_topk",),
                        writes=SOURCE_WRITES + ("extras.behavior_topk_ids", "extras.behavior_topk_logp"))
+
+
+# the fields a source that builds native and other rows writes
+NATIVE_WRITES = ("tokens", "loss_mask", "logp_behavior", "behavior_mask", "group", "policy_version", "source",
+                  "producer")
+
+
+def draw_prompts(n: int, ctx: StageContext):
+    """n training examples, their prompts through the chat template, and n fresh group ids."""
+    examples = ctx.next_train(n)
+    return examples, [ctx.encode(e.prompt) for e in examples], ctx.new_groups(n)
+
+
+def generate_groups(ctx: StageContext, prompts: list[list[int]], groups: list[int], per_prompt: int) -> RolloutBatch:
+    """`per_prompt` native samples of each prompt from the rollout backend at the current weights."""
+    return ctx.rollout.generate(prompts, group_size=per_prompt, sampling=ctx.sampling,
+                                max_new_tokens=ctx.run.max_new_tokens, policy_version=ctx.policy_version,
+                                batch_id=ctx.batch_tag, group_ids=groups)
+
+
+def pad_id(ctx: StageContext) -> int:
+    """The tokenizer's pad id (rows built outside an engine are padded with it)."""
+    return int(ctx.tokenizer.pad_token_id)
+
+
+def repeat_each(xs: list, k: int) -> list:
+    """[a, b] -> [a, a, b, b] for k = 2."""
+    return [x for x in xs for _ in range(k)]
+
+
+def solver_rows(ctx: StageContext, examples, prompts, groups, texts, source: str, k: int) -> RolloutBatch:
+    """k rows per prompt of solver-written text (a deterministic producer: μ = 1)."""
+    ids = [response_ids(ctx.tokenizer, t) for t in texts]
+    return build_rows(repeat_each(prompts, k), repeat_each(ids, k), group=repeat_each(groups, k), source=[source] * (k * len(prompts)),
+                      producer=repeat_each([guidance.solver_id(e) for e in examples], k), policy_version=ctx.policy_version,
+                      batch_id=ctx.batch_tag, sampling=ctx.sampling, engine="solver", pad_id=pad_id(ctx),
+                      prompt_index=repeat_each(list(range(len(prompts))), k))

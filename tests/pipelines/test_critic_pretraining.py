@@ -8,7 +8,7 @@ import torch
 
 from policylab.models import loading as models
 from policylab.trainer.config import config_from_dict
-from policylab.trainer.critic_training import train_frozen_critic
+from policylab.pipelines.critic_pretraining import CriticBudget, train_frozen_critic
 from policylab.models.frozen_critic import CriticError, FrozenCritic, prefix_positions
 
 from cli_utils import cli, write_config
@@ -19,7 +19,7 @@ def critic_dir(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("critic") / "c"
     cfg = config_from_dict({"model": str(tiny_model_dir), "run_dir": str(out.parent / "run"), "seed": 0,
                             "task": {"reward": "trainer_utils:parity_reward"}, "rollout": {"max_new_tokens": 5}})
-    train_frozen_critic(cfg, out, prompts=6, group_size=3, epochs=120, say=lambda *_: None)
+    train_frozen_critic(cfg, out, CriticBudget(prompts=6, group_size=3, epochs=120), say=lambda *_: None)
     return out
 
 

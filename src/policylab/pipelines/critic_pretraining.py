@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -114,11 +115,27 @@ def fit_head(X: torch.Tensor, Y: torch.Tensor, *, width: int, epochs: int, lr: f
     return head, curve
 
 
-def train_frozen_critic(cfg, out_dir: str | Path, *, prompts: int = 64, group_size: int = 4, epochs: int = 300,
-                        lr: float = 1e-3, width: int = 64, calib_fraction: float = 0.25, tau: float = 0.5,
-                        say=print) -> dict:
+@dataclass(frozen=True)
+class CriticBudget:
+    """How much the critic is trained on: `prompts` train prompts x `group_size` rollouts
+    of the base model, `epochs` full-batch epochs of the head (width `width`, learning rate
+    `lr`), `calib_fraction` of the prompts held out for the calibration fit, and the
+    temperature `tau` of the value target."""
+
+    prompts: int = 64
+    group_size: int = 4
+    epochs: int = 300
+    lr: float = 1e-3
+    width: int = 64
+    calib_fraction: float = 0.25
+    tau: float = 0.5
+
+
+def train_frozen_critic(cfg, out_dir: str | Path, budget: CriticBudget = CriticBudget(), *, say=print) -> dict:
     """Steps 1-5 of the module docstring for the run config `cfg` (a RunConfig); returns
     the checkpoint's metadata."""
+    prompts, group_size, epochs, lr = budget.prompts, budget.group_size, budget.epochs, budget.lr
+    width, calib_fraction, tau = budget.width, budget.calib_fraction, budget.tau
     from policylab.models.loading import load_policy
     from policylab.trainer.rollout import sampling_from
     from policylab.tasks.source import build_task

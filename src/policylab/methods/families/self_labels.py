@@ -1,28 +1,41 @@
-"""Stages of the test-time adaptation methods (TTPO, Probe-ERPO, TASCO).
+"""Test-time adaptation from the model's own agreement: TTPO (split objectives: an RL term
+on the replies that agree with the group's self-vote, self-distillation on converged
+tokens) and Probe-ERPO (answer-independent probes decide per prompt whether to reinforce
+or suppress the top-ranked candidate). Both adapt on unlabeled prompts.
 
-Rule (conventions rule 7): no stage here reads a gold answer. They never call
-`ctx.score` or `ctx.task_reward` and never read `Example.answer`; every label they train
-on is made from the model's own outputs (votes, probe answers, its own confidence). The
-held-out evaluator, which runs after adaptation, is the only place gold is read
-(`tests/methods/test_testtime_gold.py` feeds wrong gold and checks the update is
-bit-identical).
+Rule (conventions rule 7): nothing here reads a gold answer. No stage calls `ctx.score`
+or `ctx.task_reward` or reads `Example.answer`; every label is made from the model's own
+outputs (votes, probe answers). The held-out evaluator, which runs after adaptation, is
+the only place gold is read (`tests/methods/test_testtime_gold.py` feeds wrong gold and
+checks the update is bit-identical). Their run reports say "adapted" with the sampling and
+update budgets (`adaptation_budget`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from policylab.kernels import rewards as rw
-from policylab.batch import LEARNER, concat_batches
 from policylab.errors import PolicylabError
+from policylab.kernels import rewards as rw
 from policylab.kernels.rewards.verifiers import extract_last_number
 from policylab.kernels.testtime import probe as PR
-from policylab.tasks import probes as PB
-from policylab.kernels.testtime import tasco as TA
 from policylab.kernels.testtime import ttpo as TT
-from policylab.models.soft_prefix import attach_prefix
+from policylab.kernels.testtime.ttpo import ERR_LEVELS
 from policylab.methods.context import Sampled, StageContext
-from policylab.methods.spec import Advantages, LossInputs, Stage
+from policylab.methods.param_types import at_least_one
+from policylab.methods.params import clip, group_std, policy_gradient_method
+from policylab.methods.registry import register
+from policylab.methods.spec import (
+    Advantages,
+    Card,
+    LossInputs,
+    Param,
+    Stage,
+    non_negative,
+)
+from policylab.methods.stages import filters, losses
+from policylab.tasks import probes as PB
+from policylab.tasks.probes import PROBE_GENERATORS
 
 # ----------------------------------------------------------------------------- votes
 
@@ -204,100 +217,101 @@ PROBE_ENTROPY = Stage("term", probe_entropy, name="probe_entropy", kernels=(PR.e
                       active=lambda p: p.probe_entropy_coef > 0, term_mask=probe_entropy_mask,
                       term_aggregation="token_mean")
 
-# ----------------------------------------------------------------------------- TASCO
+
+# ----------------------------------------------------------------------------- registration
+
+FAMILY = "test-time adaptation"
 
 
-class PrefixState:
-    """TASCO's per-run state: the seeded generator of the perturbations ξ (checkpointed)
-    and the layout of the virtual prefix ids (vocabulary size V, prefix length m, K),
-    recorded by the model stage when the run is built."""
-
-    def __init__(self, seed: int):
-        self.generator = torch.Generator().manual_seed(int(seed) + 31)
-        self.vocab = self.m = self.n_perturb = None
-
-    def block(self, k: int) -> list[int]:
-        if self.vocab is None:
-            raise PolicylabError("tasco: the soft prefix was not attached (the SOFT_PREFIX model stage runs first)")
-        start = self.vocab + k * self.m
-        return list(range(start, start + self.m))
-
-    def state_dict(self) -> dict:
-        return {"state": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["state"])
+def _prob(v) -> str | None:
+    return None if 0 < v <= 1 else "must be a probability in (0, 1]"
 
 
-def soft_prefix(model, setup):
-    """Freeze the backbone, wrap it with the soft prefix (`testtime.attach_prefix`), draw
-    the first perturbations from the method's generator and record the id layout."""
-    p, st = setup.p, setup.state["tasco_prefix"]
-    lm = attach_prefix(model, setup.tokenizer, init_text=p.tasco_init_text, n_perturb=p.tasco_perturbations)
-    lm.embedding.redraw(st.generator, p.tasco_sigma)
-    st.vocab, st.m, st.n_perturb = lm.embedding.vocab, lm.embedding.m, lm.embedding.n_perturb
-    return lm
+def _unit(v) -> str | None:
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
-def tasco_source(n_prompts: int, ctx: StageContext) -> Sampled:
-    """G replies per prompt sampled under the prefix P (block 0 in front of each prompt),
-    then K copies of every reply with block k (P + ξ_k) in front: the same tokens,
-    re-scored under the perturbed prefix by the training forward. Copies are not samples:
-    source "perturbed", the behavior log-probs of the clean reply (the policy that emitted
-    the tokens), extras tasco_copy (k) and tasco_pair (the clean reply's id)."""
-    st = ctx.state["tasco_prefix"]
-    examples = ctx.next_train(n_prompts)
-    prompt_ids = [st.block(0) + ctx.encode(e.prompt) for e in examples]
-    G = ctx.run.group_size
-    batch = ctx.rollout.generate(prompt_ids, group_size=G, sampling=ctx.sampling, max_new_tokens=ctx.run.max_new_tokens,
-                                 policy_version=ctx.policy_version, batch_id=ctx.batch_tag,
-                                 group_ids=ctx.new_groups(n_prompts))
-    texts = ctx.rollout.decode(batch)
-    B = batch.size
-    pair = batch.group * G + torch.arange(B) % G
-    parts = [batch.replace(extras={**batch.extras, "tasco_copy": torch.zeros(B, dtype=torch.long), "tasco_pair": pair})]
-    P = batch.prompt_width
-    for k in range(1, st.n_perturb + 1):
-        tokens = batch.tokens.clone()
-        head = tokens[:, :P]
-        tokens[:, :P] = torch.where(head >= st.vocab, head + k * st.m, head)
-        parts.append(batch.replace(tokens=tokens, source=("perturbed",) * B, producer=(LEARNER,) * B,
-                                   extras={**batch.extras, "tasco_copy": torch.full((B,), k, dtype=torch.long),
-                                           "tasco_pair": pair}))
-    full = concat_batches(parts, batch.batch_id).validate()
-    K1 = st.n_perturb + 1
-    return Sampled(full, texts * K1, [e for e in examples for _ in range(G)] * K1, prompt_ids, list(examples))
+def adaptation_budget(run, steps: int) -> dict:
+    """What a test-time method's report states: the model was adapted, with these budgets
+    (`run`: the run's shape, `steps`: its rollout steps)."""
+    return {"adapted": True, "prompts": steps * run.prompts_per_step, "samples_per_prompt": run.group_size,
+            "max_new_tokens": run.max_new_tokens, "rollout_steps": steps,
+            "optimizer_steps_max": steps * run.epochs * run.minibatches}
 
 
-def no_advantage(batch, ctx: StageContext) -> Advantages:
-    """TASCO's loss is not a policy gradient: it has no advantage (identically 0, unread)."""
-    return Advantages(TA.no_advantage(batch.size, batch.logp_behavior.dtype))
+ADAPTATION = (("adaptation", adaptation_budget),)  # every method here reports it
 
 
-def tasco_objective(inp: LossInputs, p):
-    ex = inp.batch.extras
-    if inp.entropy is None or "tasco_copy" not in ex:
-        raise PolicylabError("tasco needs the learner's entropy and the perturbed copies of its source")
-    return TA.tasco_loss(inp.logp, inp.entropy, inp.mask, ex["tasco_copy"], ex["tasco_pair"], lam=p.tasco_lambda,
-                         n_perturb=p.tasco_perturbations, divergence=p.tasco_divergence)
+register(policy_gradient_method(
+    "ttpo",
+    Card(
+        title="TTPO: Test-Time Policy Optimization", arxiv="", family=FAMILY,
+        samples="π_θ, G replies per unlabeled prompt (the rollout engine at the current weights)",
+        learns="π_θ (online, on the unlabeled stream)", reference="none",
+        summary="majority-agreeing replies: self-distillation (token NLL, converged tokens out); dissenting replies: "
+                "group-relative RL (confident errors out); two terms, two normalizers; no gold",
+        not_established="that the split beats plain TTRL; consensus can be confidently wrong, and self-distillation "
+                        "then sharpens the wrong answer; adapted models are not fixed-model evaluations",
+        unconfirmed=("title and arXiv id", "the distillation form (token NLL on own tokens) and the RL form "
+                     "(GRPO of the 0/1 agreement on the dissenting replies only)",
+                     "converged-token threshold ttpo_tau_conv (0.99: library decision)",
+                     "confident-error threshold ttpo_tau_err (0.9) and its level (token or response)",
+                     "term weights ttpo_sd_coef and ttpo_rl_coef (1, 1)"),
+        confirmed="nothing against the paper's text, which could not be checked; what is tested is the mechanism "
+                  "(no gold anywhere; the vote is TTRL's rule: ties make a prompt ineligible)",
+    ),
+    rewards_=(SELF_VOTE,), filters=(filters.ELIGIBLE,), round_=(TTPO_SPLIT,),
+    advantage=TTPO_ADVANTAGE, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
+    terms=(TTPO_DISTILL,), kl_placements=("loss",),
+    params=clip(0.2, 0.2) + group_std() + (
+        Param("ttpo_tau_conv", float, 0.99, "converged-token threshold: an agreeing reply's token with sampler "
+              "probability p > tau leaves the self-distillation set (1.0: none leaves)", check=_prob),
+        Param("ttpo_tau_err", float, 0.9, "confident-error threshold: a dissenting token (or reply, see "
+              "ttpo_err_level) with p > tau leaves the RL term (1.0: no filter)", check=_prob),
+        Param("ttpo_err_level", str, "token", "the confident-error filter acts on each token's p, or on a reply's "
+              "geometric-mean token probability", choices=ERR_LEVELS),
+        Param("ttpo_sd_coef", float, 1.0, "weight of the self-distillation term (0: off)", check=non_negative),
+        Param("ttpo_rl_coef", float, 1.0, "weight of the RL term (scales its advantages)", check=non_negative)),
+    min_group_size=2,
+    report_sections=ADAPTATION,
+))
 
-
-def redraw_perturbations(model, ctx: StageContext) -> dict:
-    """After every optimizer step: new perturbations ξ from the method's generator."""
-    if not ctx.p.tasco_redraw:
-        return {}
-    model.embedding.redraw(ctx.state["tasco_prefix"].generator, ctx.p.tasco_sigma)
-    return {"tasco/prefix_norm": float(model.embedding.prefix.detach().norm())}
-
-
-SOFT_PREFIX = Stage("model", soft_prefix, kernels=(attach_prefix,),
-                    params=("tasco_init_text", "tasco_perturbations", "tasco_sigma"))
-TASCO_SOURCE = Stage("source", tasco_source, params=("tasco_perturbations",),
-                     writes=("tokens", "loss_mask", "logp_behavior", "group", "policy_version", "source",
-                             "extras.tasco_copy", "extras.tasco_pair"))
-NO_ADVANTAGE = Stage("advantage", no_advantage, name="none", kernels=(TA.no_advantage,))
-TASCO_OBJECTIVE = Stage("objective", tasco_objective, name="tasco", kernels=(TA.tasco_loss,),
-                        params=("tasco_lambda", "tasco_perturbations", "tasco_divergence"),
-                        reads=("logp", "entropy", "extras.tasco_copy", "extras.tasco_pair"), row_coupling="group")
-REDRAW = Stage("poststep", redraw_perturbations, name="redraw_perturbations",
-               params=("tasco_redraw", "tasco_sigma"))
+register(policy_gradient_method(
+    "probe_erpo",
+    Card(
+        title="Probe-ERPO: probe-consistency-gated reinforcement vs negative ranking", arxiv="", family=FAMILY,
+        samples="π_θ, G candidate replies per unlabeled prompt; probes answered by π_θ (greedy decode)",
+        learns="π_θ (online, on the unlabeled stream)", reference="none",
+        summary="probe consistency rate of the top-ranked answer decides: PCR >= τ reinforces the top-ranked "
+                "candidates, PCR < τ pushes down the low-ranked ones and adds an entropy bonus (no positive target)",
+        not_established="probe agreement is a hint, not correctness; the built-in probes re-ask arithmetic "
+                        "sub-quantities (other tasks need their own probe generator); fixtures test the update path, "
+                        "not probe quality",
+        unconfirmed=("title and arXiv id", "the ranking rule (votes, then mean log-prob)", "the probes and their "
+                     "consistency rule", "PCR threshold probe_tau (0.5)", "how many candidates are reinforced "
+                     "(probe_top_k 1) or suppressed (probe_suppress_frac 0.5)", "advantage magnitudes (±1) and the "
+                     "entropy coefficient (0.01)"),
+        confirmed="nothing against the paper's text, which could not be checked; what is tested is the mechanism: "
+                  "the low-PCR branch has no positive "
+                  "advantage, the rank mask reads ranks and probe outcomes only, the entropy term raises entropy "
+                  "(tested)",
+    ),
+    rewards_=(PROBE_SCORE,), filters=(filters.ELIGIBLE,),
+    advantage=PROBE_ADVANTAGE, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
+    terms=(PROBE_ENTROPY,), kl_placements=("loss",),
+    params=clip(0.2, 0.2) + (
+        Param("probe_generator", str, "arithmetic_subquantity", "answer-independent probes of a prompt "
+              "(testtime.probes)", choices=tuple(PROBE_GENERATORS)),
+        Param("probe_tau", float, 0.5, "PCR threshold: PCR >= tau (inclusive) is the high branch", check=_unit),
+        Param("probe_top_k", int, 1, "high branch: the top_k ranked candidates get +probe_pos_coef",
+              check=at_least_one),
+        Param("probe_suppress_frac", float, 0.5, "low branch: the ceil(frac·G) lowest-ranked candidates get "
+              "−probe_neg_coef", check=_prob),
+        Param("probe_pos_coef", float, 1.0, "advantage of a reinforced candidate", check=non_negative),
+        Param("probe_neg_coef", float, 1.0, "magnitude of a suppressed candidate's (negative) advantage",
+              check=non_negative),
+        Param("probe_entropy_coef", float, 0.01, "entropy bonus on the low branch's tokens (0: off)",
+              check=non_negative)),
+    min_group_size=2,
+    report_sections=ADAPTATION,
+))
