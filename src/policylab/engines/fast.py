@@ -29,6 +29,12 @@ Sampling, in fp32, is HF's distribution: z = logits / temperature (then -inf out
 menu of `SamplingSettings.allowed_ids`, when one is set), then the top-k / top-p
 kept set (`policylab.models.logprobs.kept_set`, the transform `model_logprobs` scores with), then
 a draw from softmax(z); `logp_behavior = log_softmax(z)[token]`, recorded as sampled.
+`fp64_scores=True` (an fp64 decoder only: an fp64 model, or its weight-quantized copy)
+keeps the logits, this transform, the draw and `logp_behavior` in fp64 instead: the
+behavior log-probs then carry no fp32 rounding, so they equal the fp64 trainer's up to
+fp64 rounding (a behavior role that is reproducible across CPUs, e.g. for golden tests).
+The default rounds the logits to fp32, as HFEngine's `generate` does.
+
 Two ways to draw (`sampler`):
 
 * "cdf" (default): one uniform per running row, inverse CDF of softmax(z) (fp64 cumulative
@@ -86,6 +92,8 @@ class FastEngine(HFEngine):
     weights      None: the model's weights; "int8" / "int4": sample from a weight-quantized copy
                  ("fast-int8-g32" ...), see the module doc
     quant_group  input weights per quantization scale (0: one scale per output row)
+    fp64_scores  with an fp64 decoder: scores, draw and logp_behavior in fp64, not fp32
+                 (see the module doc); refused for any other decoder
     """
 
     def __init__(
@@ -100,6 +108,7 @@ class FastEngine(HFEngine):
         compact_min: float = 0.125,
         weights: str | None = None,
         quant_group: int = 32,
+        fp64_scores: bool = False,
     ):
         own = next(model.parameters()).dtype
         if dtype not in (None, own, torch.bfloat16):
@@ -133,6 +142,13 @@ class FastEngine(HFEngine):
         self.sampler = sampler
         self.compact_min = compact_min
         self._net = LlamaDecoder(model, copy, quant)  # refuses unsupported architectures now
+        self.fp64_scores = bool(fp64_scores)
+        self._check_fp64_scores()
+
+    def _check_fp64_scores(self) -> None:
+        if self.fp64_scores and self._net.compute_dtype != torch.float64:
+            raise ValueError(f"`fp64_scores` needs an fp64 decoder (an fp64 model without a bf16 copy); this one "
+                             f"computes in {self._net.compute_dtype}")
 
     # ------------------------------------------------------------------------------
     def generate(
@@ -208,10 +224,13 @@ class FastEngine(HFEngine):
 
     @torch.no_grad()
     def _decode(self, ids, pmask, G, max_new_tokens, sampling, record_topk):
-        """The decode loop. Returns (response [B, T] long, logp [B, T] fp32, topk extras).
+        """The decode loop. Returns (response [B, T] long, logp [B, T] fp32 (fp64 with
+        `fp64_scores`), topk extras).
 
         `sampling=None` is greedy. Positions after a row's eos hold the pad id."""
         net = self._net
+        self._check_fp64_scores()  # the attribute may have been set after construction
+        fp64 = self.fp64_scores
         net.refresh()
         N, P = ids.shape
         B, S = N * G, P + max_new_tokens
@@ -219,12 +238,12 @@ class FastEngine(HFEngine):
         plen = pmask.sum(1).repeat_interleave(G)  # [B] real prompt tokens
         cache = net.new_cache(B, S, dev)
         hidden = net.prefill(ids, pmask, cache, G)  # [N, H] last prompt position
-        logits = net.logits(hidden).repeat_interleave(G, 0)  # [B, V]
+        logits = net.logits(hidden, fp64).repeat_interleave(G, 0)  # [B, V], fp32 (fp64 with fp64_scores)
         resp = torch.full((B, max_new_tokens), self.pad_token_id, dtype=torch.long, device=dev)
-        logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=dev)
+        logp = torch.zeros((B, max_new_tokens), dtype=logits.dtype, device=dev)
         K = int(record_topk)
         top_ids = torch.zeros((B, max_new_tokens, K), dtype=torch.long, device=dev) if K else None
-        top_lp = torch.zeros((B, max_new_tokens, K), dtype=torch.float32, device=dev) if K else None
+        top_lp = torch.zeros((B, max_new_tokens, K), dtype=logits.dtype, device=dev) if K else None
         eos = torch.tensor(self.eos_token_ids, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         rows = torch.arange(B, device=dev)  # original row of each cache row
@@ -233,7 +252,7 @@ class FastEngine(HFEngine):
         T = 0
         for t in range(max_new_tokens):
             live = ~done[rows]  # cache rows still generating
-            z = logits.float()
+            z = logits  # fp32, or fp64 with fp64_scores
             if sampling is None:
                 tok = z.argmax(-1)
             else:
@@ -263,7 +282,7 @@ class FastEngine(HFEngine):
                 rows, tok = rows[keep], tok[keep]
             key_ok[rows, col] = True
             hidden = net.step(tok, plen[rows] + t, col, cache, key_ok[rows, : col + 1])
-            logits = net.logits(hidden)
+            logits = net.logits(hidden, fp64)
         topk = {"behavior_topk_ids": top_ids[:, :T], "behavior_topk_logp": top_lp[:, :T]} if K else {}
         return resp[:, :T], logp[:, :T], topk
 

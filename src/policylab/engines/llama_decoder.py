@@ -194,20 +194,22 @@ class LlamaDecoder:
             x = self._layer(i, layer, x, cos, sin, cache, slice(col, col + 1), ok)
         return self._final(x[:, 0])
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[R, V] fp32. The vocabulary is split into blocks of `_HEAD_BLOCK` rows of the
-        output matrix: each logit is the same dot product (bit-identical to one call), but
-        a block's weights stay in cache (1.4x faster at R = 32 on the reference CPU)."""
+    def logits(self, hidden: torch.Tensor, keep_fp64: bool = False) -> torch.Tensor:
+        """[R, V] fp32 (`keep_fp64`: fp64 logits of an fp64 decoder are not rounded to fp32).
+        The vocabulary is split into blocks of `_HEAD_BLOCK` rows of the output matrix:
+        each logit is the same dot product (bit-identical to one call), but a block's
+        weights stay in cache (1.4x faster at R = 32 on the reference CPU)."""
+        cast = (lambda z: z) if keep_fp64 and hidden.dtype == torch.float64 else (lambda z: z.float())
         if self.copy:
             w, bias = self._w["head"], None
         elif type(self.head) is torch.nn.Linear:
             w, bias = self.head.weight, self.head.bias
         else:
-            return self.head(hidden).float()  # a wrapped head (e.g. LoRA): call it as it is
+            return cast(self.head(hidden))  # a wrapped head (e.g. LoRA): call it as it is
         n = w.shape[0]
         parts = [F.linear(hidden, w[i : i + _HEAD_BLOCK], None if bias is None else bias[i : i + _HEAD_BLOCK])
                  for i in range(0, n, _HEAD_BLOCK)]
-        return torch.cat(parts, dim=-1).float()
+        return cast(torch.cat(parts, dim=-1))
 
 
 _NAMES = ("q", "k", "v", "o", "gate", "up", "down")
