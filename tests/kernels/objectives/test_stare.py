@@ -209,3 +209,42 @@ def test_round_stage_uses_the_current_full_vocabulary_entropy(tiny_model_dir, tm
     b3, A3, m3 = tr2.round_inputs(tr2.prepare(tr2.collect()[0]))
     assert m3["adv/stare/gate"] == 1.0
     assert any(k.startswith("adv/stare/threshold_") for k in m3)
+
+
+def test_fp64_weights_are_exact_fp64_values():
+    # one positive-advantage row, q = 0.5 per sign: σ = [0.1, 3.0], the median 1.55 → token 1 is critical;
+    # gate open (H = 0.1 < H* = 0.3): A' = 1·1.1 exactly in fp64 (an fp32 weight would give 1.100000023841858),
+    # and the attenuation M = 0.9 on a negative row is 0.9 exactly (fp32: 0.8999999761581421)
+    adv = torch.tensor([1.0, -1.0], dtype=F)
+    lp = torch.tensor([[-0.1, -3.0], [-0.1, -3.0]], dtype=F)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    out, _ = stare_reweight(adv, lp, mask, entropy=0.1, target=0.3, quantile=0.5, amplify=1.1, attenuate=0.9)
+    assert out.dtype == F
+    assert out[0].tolist() == [1.0, 1.1]
+    assert out[1].tolist() == [-1.0, -0.9]
+
+
+def test_advantage_stage_takes_the_surprisal_under_pi_old_not_the_behavior():
+    # the surprisal source is π_old (surprisal_source = "logp_old", the default): the two roles are set to
+    # mirror images, so the critical token of the positive row is token 1 under π_old (σ = [0.1, 3.0]) and
+    # would be token 0 under the behavior μ (σ = [3.0, 0.1])
+    from types import SimpleNamespace
+
+    from policylab import methods
+    from policylab.methods.families import reweighting
+    from policylab.methods.loss import tensor_inputs
+
+    lp_old = torch.tensor([[-0.1, -3.0], [-0.1, -3.0]], dtype=F)
+    lp_beh = torch.tensor([[-3.0, -0.1], [-3.0, -0.1]], dtype=F)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    batch = tensor_inputs(lp_old.clone(), torch.zeros(2, dtype=F), mask, logp_old=lp_old, logp_behavior=lp_beh,
+                          group=torch.zeros(2, dtype=torch.long), rewards=torch.tensor([1.0, 0.0], dtype=F),
+                          extras={"stare_entropy": torch.tensor(0.1, dtype=F)}).batch
+    m = methods.get("stare").with_params({"stare_quantile": 0.5})
+    out = reweighting.stare(batch, SimpleNamespace(p=m.view(reweighting.STARE))).adv
+    a0 = float(out[0, 0])  # the positive row's GRPO advantage, untouched on its non-critical token
+    assert a0 > 0 and out[0].tolist() == [a0, a0 * 1.1]
+    # with the behavior declared as the source, the other token is the critical one
+    mb = methods.get("stare").with_params({"stare_quantile": 0.5, "surprisal_source": "logp_behavior"})
+    outb = reweighting.stare(batch, SimpleNamespace(p=mb.view(reweighting.STARE))).adv
+    assert outb[0].tolist() == [a0 * 1.1, a0]

@@ -30,8 +30,9 @@ M = 1 − λ and the "sign" gate is the form A·max(0, 1 + λ·g·e) (a gate of 
 the roles of W and M).
 
 H is the current mean token entropy (full vocabulary, at the start of the round, over the
-batch's valid tokens). Everything is detached. g = 0 (entropy at or above the target under
-"below", H = H* under the other gates) gives A' = A.
+batch's valid tokens). Everything is detached and computed in the dtype of `logp_src` (an
+fp64 call weighs a critical token by exactly 1.1, never fp32's 1.100000023841858). g = 0
+(entropy at or above the target under "below", H = H* under the other gates) gives A' = A.
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def stare_reweight(adv: torch.Tensor, logp_src: torch.Tensor, mask: torch.Tensor
     sig = -logp_src.detach()
     critical, info = critical_tokens(A, logp_src, mask, quantile, selection)
     e = torch.sign(A) if direction == "advantage" else torch.sign(A) * torch.sign(sig - entropy)
-    w = torch.where(e > 0, amplify, torch.where(e < 0, attenuate, 1.0)).to(A.dtype)
+    # the weights in A's own dtype (a Python scalar in torch.where would make them fp32 first: 1.1 -> 1.1000000238)
+    w = torch.where(e > 0, torch.full_like(A, amplify), torch.where(e < 0, torch.full_like(A, attenuate),
+                                                                    torch.ones_like(A)))
     factor = torch.clamp(1.0 + g * (w - 1.0) * critical.to(A.dtype), min=0.0)
     out = torch.where(mask, A * factor, torch.zeros((), dtype=A.dtype))
     n = mask.sum().clamp(min=1)
