@@ -16,6 +16,7 @@ import torch
 from policylab.kernels.checks import check_finite, check_mask, check_same_shape
 from policylab.errors import PolicylabError, ShapeError
 from policylab.kernels.advantages.gae import gae
+from policylab.kernels.objectives.terms import masked_nll
 
 
 def length_adaptive_lambda(lengths: torch.Tensor, *, alpha: float = 0.05) -> tuple[torch.Tensor, int]:
@@ -98,9 +99,7 @@ def positive_nll(logp: torch.Tensor, mask: torch.Tensor, correct: torch.Tensor) 
     check_same_shape("logp", logp, mask=mask)
     if correct.shape != (logp.shape[0],):
         raise ShapeError(f"`correct` must be [B] = ({logp.shape[0]},), got {tuple(correct.shape)}")
-    selected = mask & correct.unsqueeze(1)
-    check_finite(logp.detach(), "logp", selected)
-    return -torch.where(selected, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    return masked_nll(logp, mask & correct.unsqueeze(1), coef=1.0)
 
 
 def mc_returns(token_rewards: torch.Tensor, mask: torch.Tensor, *, gamma: float) -> torch.Tensor:
