@@ -23,6 +23,19 @@ def test_hand_worked_ece():
     assert math.isclose(bins[1]["acc"], 2 / 3) and math.isclose(bins[1]["conf"], 2.3 / 3)
 
 
+def test_reliability_bins_and_ece_share_the_bin_of_every_decimal_edge():
+    # q = 0.0, 0.1, ..., 1.0 as float32 (a stated confidence as it is stored): one reply per
+    # bin 0..8 and two (0.9, 1.0) in bin 9; correct iff q >= 0.7; ECE = 2.7/11 (hand-worked in
+    # tests/kernels/test_metrics.py::test_ece_hand_case_at_every_decimal_edge)
+    q = torch.tensor([k / 10 for k in range(11)], dtype=torch.float32)
+    correct = torch.tensor([k >= 7 for k in range(11)])
+    bins = reliability_bins(q, correct, n_bins=10)
+    assert [b["count"] for b in bins] == [1] * 9 + [2]
+    assert [b["acc"] for b in bins] == [0.0] * 7 + [1.0] * 3
+    assert math.isclose(bins[9]["conf"], 0.95, abs_tol=1e-7) and math.isclose(bins[7]["conf"], 0.7, abs_tol=1e-7)
+    assert math.isclose(float(ece(q, correct, n_bins=10)), 2.7 / 11, abs_tol=1e-7)
+
+
 def _data(seed=0, n=400, C=10, sharp=3.0):
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, C, (n,), generator=g)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from policylab.errors import NonFiniteError, PolicylabError, ShapeError
-from policylab.kernels.metrics import brier, ece, pass_at_k
+from policylab.kernels.metrics import ECE_EDGE_TOL, brier, ece, ece_bins, pass_at_k
 
 
 def exact_pass_at_k(n, c, k):
@@ -91,6 +91,52 @@ def test_ece_matches_naive_reference_and_edges():
         assert ece(conf, correct, n_bins=m).item() == pytest.approx(want, abs=1e-12)
     # 0.5 belongs to the upper bin: one sample, conf 0.5, correct -> bin [0.5, 1]: |1 - 0.5| = 0.5
     assert ece(torch.tensor([0.5]), torch.tensor([True]), n_bins=2).item() == pytest.approx(0.5)
+
+
+EDGES = [k / 10 for k in range(11)]  # 0.0, 0.1, ..., 1.0 as decimal literals
+
+
+def _edge_inputs():
+    """The stated confidences 0.0, 0.1, ..., 1.0 as they reach the ECE: parsed to float32
+    (RLCR's confidence tensor), as fp64 literals, and as fp64 values computed another way
+    (1 − (10 − k)/10 lands one ulp below the literal for k = 1: 0.09999999999999998)."""
+    f32 = torch.tensor(EDGES, dtype=torch.float32)
+    f64 = torch.tensor(EDGES, dtype=torch.float64)
+    computed = torch.tensor([1 - (10 - k) / 10 for k in range(11)], dtype=torch.float64)
+    return {"float32": f32, "float32->fp64": f32.double(), "fp64": f64, "fp64 computed": computed}
+
+
+def test_ece_bins_are_exact_at_every_decimal_edge():
+    # M = 10: the confidence k/10 belongs to bin k ([k/10, (k+1)/10)); 1.0 to the last bin, 9.
+    # float32 0.7 is 0.699999988..., float32 0.9 is 0.899999976...: floor(10·q) put them in
+    # bins 6 and 8 (RLCR's logged ECE); an edge is an edge whatever the dtype that carried it
+    want = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9]
+    for name, q in _edge_inputs().items():
+        assert ece_bins(q, n_bins=10).tolist() == want, name
+    assert float(torch.tensor(0.7, dtype=torch.float32).double()) < 0.7  # the trap, for the record
+    # the tolerance snaps representation error only: 1e-4 below an edge is the bin below it,
+    # 1e-7 below it (float32 rounding is <= 3e-8 at q <= 1) is the edge's bin
+    near = torch.tensor([0.7 - 1e-4, 0.7 - 1e-7, 0.7 + 1e-4, 1.0 - 1e-4], dtype=torch.float64)
+    assert ece_bins(near, n_bins=10).tolist() == [6, 7, 7, 9]
+    assert ECE_EDGE_TOL == 1e-6
+    # other M: 1/3 as float32 (0.3333333432...) is the edge of bin 1 of 3; 2/3 of bin 2
+    thirds = torch.tensor([0.0, 1 / 3, 2 / 3, 1.0], dtype=torch.float32)
+    assert ece_bins(thirds, n_bins=3).tolist() == [0, 1, 2, 2]
+    assert ece_bins(torch.tensor([0.0, 0.5, 1.0]), n_bins=1).tolist() == [0, 0, 0]
+
+
+def test_ece_hand_case_at_every_decimal_edge():
+    # q = 0.0, 0.1, ..., 1.0 (11 replies, M = 10), correct iff q >= 0.7:
+    #   bins 0..6 hold one wrong reply each: |0 − q| = 0, 0.1, ..., 0.6   (sum 2.1)
+    #   bin 7 {0.7 right}: |1 − 0.7| = 0.3; bin 8 {0.8 right}: 0.2
+    #   bin 9 {0.9, 1.0 both right}: acc 1, conf 0.95: |1 − 0.95| = 0.05, weight 2/11
+    #   ECE = (2.1 + 0.3 + 0.2)/11 + (2/11)(0.05) = 2.6/11 + 0.1/11 = 2.7/11 = 0.245454...
+    # (with 0.7 and 0.9 one bin low: bins 0..5 sum 1.5; bin 6 {0.6 wrong, 0.7 right}: 2 × 0.15;
+    #  bin 8 {0.8, 0.9 right}: 2 × 0.15; bin 9 {1.0 right}: 0 → 2.1/11 = 0.1909)
+    correct = torch.tensor([k >= 7 for k in range(11)])
+    for name, q in _edge_inputs().items():
+        assert ece(q, correct, n_bins=10).item() == pytest.approx(2.7 / 11, abs=1e-7), name
+        assert ece(q, correct, n_bins=10).dtype == q.dtype
 
 
 def test_brier_hand_case():

@@ -300,3 +300,63 @@ def test_resume_equals_the_uninterrupted_run(name, tiny_model_dir, tmp_path):
         assert a["reward/mean"] == b["reward/mean"]
         if "loss/policy" in a:
             assert math.isclose(a["loss/policy"], b["loss/policy"], rel_tol=1e-4, abs_tol=1e-6)
+
+
+class _ZeroGradientRetention:
+    """A built retention set whose NLL reaches every trainable parameter with a gradient of
+    exactly zero (0·Σθ): the protected direction does not exist at this step."""
+
+    built = True
+
+    def nll(self, model):
+        return 0.0 * sum(q.sum() for q in model.parameters() if q.requires_grad)
+
+
+class _DetachedRetention:
+    """A retention loss that reaches no trainable parameter at all (a wiring error)."""
+
+    built = True
+
+    def nll(self, model):
+        return torch.zeros((), requires_grad=True)
+
+
+@pytest.mark.parametrize("protect", ["retention", "rl"])
+def test_cord_skips_the_projection_when_the_protected_gradient_is_exactly_zero(protect, tiny_model_dir, tmp_path):
+    # g_ret = 0 exactly: nothing to project on (‖g_p‖² = 0), so the step keeps λ·g_rl + β·g_ret = g_rl
+    # (λ = β = 1) and logs the skip; it must not raise
+    tr = _trainer(tiny_model_dir, tmp_path / protect, "cord", {"protect": protect},
+                  train={"dtype": "fp64", "grad_clip": 0.0}, rollout={"group_size": 4})
+    stage = tr.method.grad[0]
+    ctx = tr.context("z").for_stage(tr.method, stage)
+    ctx.state = {RETENTION_STATE: _ZeroGradientRetention()}
+    params = [q for q in tr.model.parameters() if q.requires_grad]
+    g = torch.Generator().manual_seed(3)
+    rl = [torch.randn(q.shape, generator=g, dtype=q.dtype) for q in params]
+    for q, r in zip(params, rl):
+        q.grad = r.clone()
+    out = stage.fn(tr.model, ctx)
+    for q, r in zip(params, rl):
+        assert torch.equal(q.grad, r)  # g = g_rl + 0 exactly: no projection, nothing rescaled
+    # counted: the retention gradient was zero at this step; when it is the protected one, the
+    # projection was skipped for want of a direction (protected_zero)
+    assert out["cord/retention_zero"] == 1.0 and out["cord/projected"] == 0.0
+    assert out["cord/protected_zero"] == float(protect == "retention")
+    assert (out["cord/protected_norm"] == 0.0) == (protect == "retention")
+    # a retention loss that reaches no trainable parameter is a wiring error, still refused
+    ctx.state = {RETENTION_STATE: _DetachedRetention()}
+    with pytest.raises(MissingQuantityError, match="reaches no trainable parameter"):
+        stage.fn(tr.model, ctx)
+
+
+def test_cord_logs_no_skip_when_the_protected_gradient_is_nonzero():
+    from policylab.kernels.geometry import cord_combine
+
+    # g_p = (0, 0) → skipped (protected_zero 1); g_p = (1, 0) → not (protected_zero 0)
+    one = [torch.tensor([1.0, 0.0], dtype=torch.float64)]
+    zero = [torch.zeros(2, dtype=torch.float64)]
+    other = [torch.tensor([-1.0, 1.0], dtype=torch.float64)]
+    for scope in ("global", "per_tensor"):
+        _, skipped = cord_combine(zero, other, weight=1.0, mode="conflict_only", scope=scope)
+        _, kept = cord_combine(one, other, weight=1.0, mode="conflict_only", scope=scope)
+        assert skipped["protected_zero"] == 1.0 and kept["protected_zero"] == 0.0

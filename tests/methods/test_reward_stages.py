@@ -239,6 +239,36 @@ def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path):
     torch.testing.assert_close(right["extras"]["critic_values"], flipped["extras"]["critic_values"])
 
 
+def test_rfpo_reward_stage_never_calls_the_verifier(tiny_model_dir, tmp_path):
+    # "no verifier during RL": the critic's forecast is the reward, so the reward stage must
+    # work with a task whose verifier cannot score anything (it used to call it on every reply
+    # and stop the step on None)
+    tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
+    s, ctx = _sampled(tr)
+    st = _stage(tr, mr.rfpo_critic)
+    calls = []
+
+    def no_verifier(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("rfpo's reward stage called the verifier")
+
+    sctx = dataclasses.replace(ctx.for_stage(tr.method, st), task_reward=no_verifier, score=no_verifier)
+    changes, info = st.fn(s, sctx)
+    assert calls == []
+    assert "gold_correct" not in changes["extras"] and not any("gold" in k for k in info)
+    # the reward is the critic's thresholded, debiased value: r = 1[v̂ >= τ] on finished replies,
+    # v̂ itself (a flagged forecast) on truncated ones
+    critic = tr.controllers["frozen_critic"]
+    b = s.batch
+    _, final = critic.values(b.tokens, b.attention_mask, b.loss_mask, b.prompt_width)
+    a, c = critic.length_bias
+    vhat = final.double() - (a + c * b.response_lengths.double())
+    finished = ~b.extras["truncated"].bool()
+    want = torch.where(finished, (vhat >= tr.method.p.tau).double(), vhat)
+    torch.testing.assert_close(changes["rewards"].double(), want, rtol=0, atol=1e-6)
+    assert changes["outcome"]["correct"].tolist() == [float(x) for x in (finished & (vhat >= tr.method.p.tau)).tolist()]
+
+
 def test_rfpo_state_is_the_critic_path_and_refuses_another_critic(tiny_model_dir, tmp_path):
     tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
     st = tr.controllers["frozen_critic"].state_dict()

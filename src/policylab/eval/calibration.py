@@ -10,7 +10,8 @@ temperature scaling ("On Calibration of Modern Neural Networks", arXiv 1706.0459
     T* = argmin_T  NLL_val(softmax(z / T))          on rows tagged "val" only
     then, frozen, on rows tagged "test":
       accuracy (unchanged by T), NLL, Brier = mean_i Σ_c (p_ic − 1[y_i = c])²,
-      ECE = Σ_b (|B_b| / N) · |acc_b − conf_b|       (M equal-width bins, `metrics.ece`)
+      ECE = Σ_b (|B_b| / N) · |acc_b − conf_b|       (M equal-width bins, `metrics.ece`, the
+                                                      project's one ECE, exact at the bin edges)
 
 Fitting. NLL(β) with β = 1/T is convex in β (its second derivative is the variance of z
 under softmax(βz)), so T* is found by bisection on the sign of dNLL/dβ = mean_i(E_p[z] −
@@ -27,7 +28,7 @@ from typing import Sequence
 import torch
 
 from policylab.errors import PolicylabError, ShapeError
-from policylab.kernels.metrics import ece
+from policylab.kernels.metrics import ece, ece_bins
 
 SPLITS = ("val", "test")
 
@@ -106,11 +107,11 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, splits: Sequence
 
 def reliability_bins(conf: torch.Tensor, correct: torch.Tensor, *, n_bins: int) -> list[dict]:
     """Per equal-width bin ([b/M, (b+1)/M), the last one closed): count, mean confidence
-    and accuracy (None for an empty bin) — the points of a reliability diagram."""
+    and accuracy (None for an empty bin) — the points of a reliability diagram. The bins
+    are `metrics.ece_bins`, the same as the ECE's (exact at the edges k/M)."""
+    b = ece_bins(conf, n_bins=n_bins)
     conf = conf.double()
     y = torch.as_tensor(correct).double()
-    edges = torch.arange(1, n_bins, dtype=torch.float64) / n_bins
-    b = torch.bucketize(conf, edges, right=True)
     out = []
     for i in range(n_bins):
         sel = b == i

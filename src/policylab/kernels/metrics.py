@@ -71,14 +71,44 @@ def _conf_correct(conf: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
     return y
 
 
+# Confidences closer than this to a bin edge b/M are on the edge (in the upper bin). It
+# absorbs representation error only: a stated confidence "0.7" stored as float32 is
+# 0.699999988 (|error| <= 2^-25 ≈ 3e-8 for q <= 1), an fp64 value computed as 1 − 0.9 is
+# 0.09999999999999998; a confidence 1e-4 below an edge stays below it.
+ECE_EDGE_TOL = 1e-6
+
+
+def ece_bins(conf: torch.Tensor, *, n_bins: int, edge_tol: float = ECE_EDGE_TOL) -> torch.Tensor:
+    """The equal-width bin of every confidence, `[N]` long in [0, M − 1]: the bin index
+    b(q) = ⌊M·q⌋ computed in fp64, except that q within `edge_tol` of an edge k/M is put
+    in bin k (the last bin, M − 1, also holds 1.0). Bins are [b/M, (b+1)/M), left-closed.
+
+    The one binning of the project: `ece` and the reliability diagrams
+    (`policylab.eval.calibration.reliability_bins`) both use it, so a confidence stated
+    as a decimal lands in the same bin whatever dtype carried it (⌊10·q⌋ on the float32
+    0.7 = 0.699999988 gives 6)."""
+    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
+        raise PolicylabError(f"`n_bins` must be an int >= 1, got {n_bins!r}")
+    if not 0 <= edge_tol < 0.5 / n_bins:
+        raise PolicylabError(f"`edge_tol` must be in [0, 1/(2·n_bins)), got {edge_tol!r}")
+    q = conf.detach().double()
+    x = q * n_bins
+    nearest = torch.round(x)
+    on_edge = (q - nearest / n_bins).abs() <= edge_tol
+    b = torch.where(on_edge, nearest, torch.floor(x))
+    return b.clamp(0, n_bins - 1).long()
+
+
 def ece(conf: torch.Tensor, correct: torch.Tensor, *, n_bins: int) -> torch.Tensor:
     """Expected calibration error with M equal-width bins.
 
         ECE = Σ_b (|B_b| / N) · |acc_b − conf_b|
 
     Bins [0, 1/M), [1/M, 2/M), ..., [(M−1)/M, 1] (left-closed; the last one also holds 1.0),
-    with edges computed as b/M. Empty bins contribute 0. acc_b is the fraction correct and
-    conf_b the mean confidence in bin b.
+    assigned by `ece_bins` (fp64, exact at the edges k/M up to `ECE_EDGE_TOL`). Empty bins
+    contribute 0. acc_b is the fraction correct and conf_b the mean confidence in bin b;
+    the sums are accumulated in fp64. The one ECE of the project: the evaluation's
+    calibration report and RLCR's logged calibration both call it.
 
     Args:
         conf: `[N]` confidence of the predicted answer, in [0, 1].
@@ -90,13 +120,13 @@ def ece(conf: torch.Tensor, correct: torch.Tensor, *, n_bins: int) -> torch.Tens
     """
     if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
         raise PolicylabError(f"`n_bins` must be an int >= 1, got {n_bins!r}")
-    y = _conf_correct(conf, correct)
-    edges = torch.arange(1, n_bins, dtype=conf.dtype) / n_bins
-    bins = torch.bucketize(conf, edges, right=True)  # number of edges <= conf
-    conf_sum = torch.zeros(n_bins, dtype=conf.dtype).index_add_(0, bins, conf)
-    acc_sum = torch.zeros(n_bins, dtype=conf.dtype).index_add_(0, bins, y)
+    y = _conf_correct(conf, correct).double()
+    q = conf.detach().double()
+    bins = ece_bins(conf, n_bins=n_bins)
+    conf_sum = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, bins, q)
+    acc_sum = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, bins, y)
     # Σ_b (|B_b|/N)|acc_b − conf_b| = Σ_b |Σ_{i∈b} y_i − Σ_{i∈b} conf_i| / N  (empty bins: 0)
-    return ((acc_sum - conf_sum).abs().sum() / conf.numel()).detach()
+    return ((acc_sum - conf_sum).abs().sum() / conf.numel()).to(conf.dtype).detach()
 
 
 def brier(conf: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:

@@ -135,3 +135,18 @@ def test_accuracy_and_calibration_are_reported_apart():
                                 torch.tensor([True, True, False, True]))
     assert s["accuracy"] == 0.75 and s["parsed_frac"] == 0.75
     assert abs(s["brier"] - 0.07) < 1e-12
+
+
+def test_rlcr_logged_ece_bins_every_decimal_edge_where_it_belongs():
+    # the confidences RLCR logs arrive as float32 (0.7 -> 0.699999988, 0.9 -> 0.899999976);
+    # q = 0.0, 0.1, ..., 1.0, correct iff q >= 0.7, all parsed: ECE = 2.7/11 = 0.24545...
+    # (bins 0..6: |0 − q| summing to 2.1; 0.7 and 0.8 alone: 0.3 and 0.2; {0.9, 1.0}: 2 × 0.05).
+    # floor(10·q) on the float32 values put 0.7 with 0.6 and 0.9 with 0.8: 2.1/11 = 0.1909
+    q = torch.tensor([k / 10 for k in range(11)], dtype=torch.float32)
+    c = torch.tensor([float(k >= 7) for k in range(11)])
+    s = cal.calibration_summary(c, q, torch.ones(11, dtype=torch.bool))
+    assert s["ece"] == pytest.approx(2.7 / 11, abs=1e-7)
+    # only the parsed replies enter it: the same 11 plus one unparsed reply give the same ECE
+    s2 = cal.calibration_summary(torch.cat([c, torch.ones(1)]), torch.cat([q, torch.zeros(1)]),
+                                 torch.tensor([True] * 11 + [False]))
+    assert s2["ece"] == s["ece"] and s2["parsed_frac"] == pytest.approx(11 / 12)

@@ -48,8 +48,9 @@ def cord_combine(g_protected: Sequence[torch.Tensor] | None, g_other: Sequence[t
 
     Returns (g, info): g detached, in the dtype of the inputs; info holds the detached
     diagnostics dot (d, after weighting), cos, conflict (1.0 if d < 0), projected (the
-    fraction of projections applied: 0/1 for global), protected_norm, other_norm. Dot
-    products and norms are accumulated in fp64.
+    fraction of projections applied: 0/1 for global), protected_norm, other_norm,
+    protected_zero (1.0 when ‖g_p‖ = 0 exactly: the projection was skipped, never
+    refused). Dot products and norms are accumulated in fp64.
     """
     if g_protected is None:
         raise MissingQuantityError("cord", "the protected objective's gradient",
@@ -87,7 +88,8 @@ def cord_combine(g_protected: Sequence[torch.Tensor] | None, g_other: Sequence[t
         d, n = sum(dots), sum(sq_p)
     norm_p, norm_o = math.sqrt(n), math.sqrt(sum(sq_o))
     info = {"dot": d, "cos": d / (norm_p * norm_o) if norm_p > 0 and norm_o > 0 else 0.0,
-            "conflict": float(d < 0), "projected": applied, "protected_norm": norm_p, "other_norm": norm_o}
+            "conflict": float(d < 0), "projected": applied, "protected_norm": norm_p, "other_norm": norm_o,
+            "protected_zero": float(n == 0.0)}
     return out, info
 
 

@@ -24,9 +24,11 @@ loss is an on-policy objective, like REINFORCE).
 Output contract (as `gspo`): ℓ_p is written on every valid token of positive p, 0 on
 negatives and on ineligible groups; aggregating with `seq_mean_token_mean` gives
 (1/N_seq)·Σ_p ℓ_p. `row_scale` [B] (detached) multiplies each row's ℓ; the method passes
-N_seq/N_pos of the round so that the aggregate is the mean over positives. All-positive
-and all-negative groups contribute exactly 0 (no NaN). Rows with no valid token have
-s = 0 and never enter a softmax.
+N_seq/N_trained of the round (`row_scale`), N_trained the positives of eligible groups
+(`trained_positives`), so that the aggregate is the mean over those positives: a group
+without a contrast adds nothing and does not shrink the loss. All-positive and
+all-negative groups contribute exactly 0 (no NaN). Rows with no valid token have no
+score: they are neither positives nor negatives and never enter a softmax.
 """
 
 from __future__ import annotations
@@ -44,6 +46,37 @@ def conspo_scores(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     lengths = m.sum(-1)
     total = torch.where(mask, logp, torch.zeros((), dtype=logp.dtype)).sum(-1)
     return total / lengths.clamp(min=1)
+
+
+def trained_positives(group: torch.Tensor, positive: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The positives that enter L, `[B]` bool: a row with at least one valid token, marked
+    positive, in a group that has at least one such positive and at least one negative
+    WITH a valid token. A row without any valid token is neither positive nor negative (it
+    has no score): a group whose only "negative" is empty is not eligible. The method's
+    round stage counts these rows for the row scale, and `conspo` trains exactly these."""
+    check_mask(mask)
+    B = mask.shape[0]
+    if positive.shape != (B,) or positive.dtype != torch.bool:
+        raise ShapeError(f"`positive` must be a bool [B] = ({B},) verdict, got {positive.dtype} {tuple(positive.shape)}")
+    dense, n = group_index(group, B)
+    has = mask.any(-1)
+    pos, neg = positive & has, ~positive & has
+    n_pos = torch.zeros(n, dtype=torch.long, device=mask.device).index_add_(0, dense, pos.long())
+    n_neg = torch.zeros(n, dtype=torch.long, device=mask.device).index_add_(0, dense, neg.long())
+    eligible = (n_pos > 0) & (n_neg > 0)
+    return pos & eligible[dense]
+
+
+def row_scale(group: torch.Tensor, positive: torch.Tensor, mask: torch.Tensor) -> float:
+    """N_seq / N_trained over the round: with `seq_mean_token_mean` (1/N_seq per counted
+    row), ℓ_p·N_seq/N_trained on the trained positives makes the aggregate the mean of ℓ_p
+    over the positives of eligible groups, L = (1/N_trained) Σ_p ℓ_p, so groups without a
+    contrast (all positive, all negative, or negatives without a valid token) neither add
+    to L nor shrink it. N_seq counts rows with a valid token; 1.0 when nothing is trained
+    (the loss is 0 then)."""
+    n_seq = int(mask.any(-1).sum())
+    n_tr = int(trained_positives(group, positive, mask).sum())
+    return n_seq / n_tr if n_tr else 1.0
 
 
 def margin_at(step: int, *, margin_max: float, ramp_steps: int) -> float:
@@ -80,16 +113,14 @@ def conspo(logp: torch.Tensor, mask: torch.Tensor, group: torch.Tensor, positive
     has = mask.any(-1)
     s = conspo_scores(logp, mask)
     pos, neg = positive & has, ~positive & has
-    n_pos = torch.zeros(n, dtype=torch.long, device=logp.device).index_add_(0, dense, pos.long())
-    n_neg = torch.zeros(n, dtype=torch.long, device=logp.device).index_add_(0, dense, neg.long())
-    eligible = (n_pos > 0) & (n_neg > 0)
+    trained = trained_positives(group, positive, mask)
+    eligible = torch.zeros(n, dtype=torch.bool, device=logp.device).index_fill_(0, dense[trained], True)
     # log Σ_{n ∈ N_g} e^{s_n/τ} per group, by a masked logsumexp over [n_groups, B]
     z = s / tau
     member = (dense.unsqueeze(0) == torch.arange(n, device=logp.device).unsqueeze(1)) & neg.unsqueeze(0)
     neg_lse = torch.where(member, z.unsqueeze(0), torch.full((), float("-inf"), dtype=z.dtype)).logsumexp(-1)
     zp = (s - margin) / tau
     row_neg = neg_lse[dense]
-    trained = pos & eligible[dense]
     denom = torch.logaddexp(zp, torch.where(trained, row_neg, torch.zeros((), dtype=z.dtype)))
     ell = torch.where(trained, denom - zp, torch.zeros((), dtype=z.dtype))  # −log softmax_p
     if row_scale is not None:

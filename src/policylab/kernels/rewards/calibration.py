@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from policylab.kernels.checks import check_finite
+from policylab.kernels.metrics import ece
 from policylab.errors import NonFiniteError, ShapeError
 from policylab.kernels.rewards.verifiers import exact_numeric_reward
 
@@ -157,7 +158,9 @@ def _check_probs(probs: torch.Tensor, target: torch.Tensor) -> None:
 def calibration_summary(correct: torch.Tensor, confidence: torch.Tensor, valid: torch.Tensor,
                         n_bins: int = 10) -> dict:
     """Accuracy and calibration, reported apart: accuracy over every reply; Brier, mean
-    confidence and a binned ECE over the replies whose confidence parsed; parsed fraction."""
+    confidence and a binned ECE over the replies whose confidence parsed; parsed fraction.
+    The ECE is the project's one implementation (`policylab.kernels.metrics.ece`, exact at
+    the bin edges whatever the confidence's dtype)."""
     c = correct.double()
     out = {"accuracy": float(c.mean()) if c.numel() else float("nan"),
            "parsed_frac": float(valid.double().mean()) if valid.numel() else float("nan")}
@@ -165,11 +168,5 @@ def calibration_summary(correct: torch.Tensor, confidence: torch.Tensor, valid: 
         q, cv = confidence[valid].double(), c[valid]
         out["brier"] = float(((q - cv) ** 2).mean())
         out["confidence_mean"] = float(q.mean())
-        bins = torch.clamp((q * n_bins).long(), max=n_bins - 1)
-        ece = 0.0
-        for b in range(n_bins):
-            sel = bins == b
-            if bool(sel.any()):
-                ece += float(sel.double().mean()) * abs(float(q[sel].mean()) - float(cv[sel].mean()))
-        out["ece"] = ece
+        out["ece"] = float(ece(confidence[valid], c[valid], n_bins=n_bins))
     return out

@@ -51,17 +51,23 @@ def cord_project(model: nn.Module, ctx) -> dict:
     with torch.enable_grad():
         nll = retention.nll(model)
         nll.backward()
+    if all(q.grad is None for q in params):
+        raise MissingQuantityError("cord", "a protected gradient",
+                                   "the retention loss reaches no trainable parameter (its graph does not pass "
+                                   "through the model's trainable weights)")
     ret = [q.grad if q.grad is not None else torch.zeros_like(q) for q in params]
     rl = [g if g is not None else torch.zeros_like(q) for g, q in zip(rl, params)]
-    if not any(bool(g.any()) for g in ret):
-        raise MissingQuantityError("cord", "a protected gradient",
-                                   "the retention loss gives no gradient to any trainable parameter")
+    # a retention gradient that is exactly zero (every answer token already at probability 1,
+    # or a zero weight on it) is a real state of the run, not an error: with nothing to
+    # project on, `cord_combine` returns g_p + λ·g_o unprojected; counted in the metrics
+    retention_zero = not any(bool(g.any()) for g in ret)
     ret = [p.protected_weight * g for g in ret]
     protected, other = (ret, rl) if p.protect == "retention" else (rl, ret)
     combined, info = geo.cord_combine(protected, other, weight=p.cord_lambda, mode=p.cord_mode, scope=p.cord_scope)
     for q, g in zip(params, combined):
         q.grad = g
-    return {"cord/retention_nll": float(nll.detach()), **{f"cord/{k}": float(v) for k, v in info.items()}}
+    return {"cord/retention_nll": float(nll.detach()), "cord/retention_zero": float(retention_zero),
+            **{f"cord/{k}": float(v) for k, v in info.items()}}
 
 
 CORD_PROJECT = Stage("grad", cord_project, needs=("rollout.greedy",), kernels=(geo.cord_combine,),
@@ -251,7 +257,10 @@ register(policy_gradient_method(
                      "λ (cord_lambda = 1.0) and the protected weight (protected_weight = 1.0)",
                      "whole-vector vs per-parameter-group projection (cord_scope = global)"),
         confirmed="the specification's projection rule and invariants (hand-worked cases, conflict-only and always, "
-                  "λ = 0, the full-step vs per-micro-batch difference): tested; no text of the paper could be checked",
+                  "λ = 0, the full-step vs per-micro-batch difference): tested; a retention gradient that is exactly "
+                  "zero skips the projection (nothing to project on) and is counted in cord/retention_zero and "
+                  "cord/protected_zero instead of stopping the run (tested; it used to raise); no text of the paper "
+                  "could be checked",
     ),
     **_HOST, grad=(CORD_PROJECT,),
     params=_HOST_PARAMS + (

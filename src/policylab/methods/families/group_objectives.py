@@ -36,15 +36,18 @@ from policylab.methods.stages.advantages import scalar_rewards
 
 
 def conspo_round(batch: RolloutBatch, ctx: StageContext):
-    """The margin of this step (`conspo.margin_at(ctx.step)`) and the row scale N_seq/N_pos
-    of the round (so the aggregate is the mean over the positives), as 0-dim extras."""
+    """The margin of this step (`conspo.margin_at(ctx.step)`) and the row scale
+    N_seq/N_trained of the round (`conspo.row_scale`: N_trained counts the positives of
+    eligible groups only, so the aggregate is the mean of ℓ_p over them), as 0-dim extras."""
     p = ctx.p
     margin = conspo_k.margin_at(ctx.step, margin_max=p.conspo_margin_max, ramp_steps=p.conspo_margin_ramp_steps)
-    pos = _verdict(batch, p.verdict_threshold) & batch.loss_mask.any(-1)
-    n_seq = int(batch.loss_mask.any(-1).sum())
-    scale = n_seq / max(int(pos.sum()), 1)
+    verdict = _verdict(batch, p.verdict_threshold)
+    pos = verdict & batch.loss_mask.any(-1)
+    trained = conspo_k.trained_positives(batch.group, verdict, batch.loss_mask)
+    scale = conspo_k.row_scale(batch.group, verdict, batch.loss_mask)
     return ({"extras": {"conspo_margin": torch.tensor(margin), "conspo_row_scale": torch.tensor(float(scale))}},
-            {"conspo/margin": margin, "conspo/positive_frac": float(pos.double().mean())})
+            {"conspo/margin": margin, "conspo/positive_frac": float(pos.double().mean()),
+             "conspo/eligible_positives": float(trained.sum())})
 
 
 def _verdict(batch: RolloutBatch, threshold: float) -> torch.Tensor:
@@ -63,7 +66,7 @@ def zcpo_drift(batch: RolloutBatch, ctx: StageContext):
              "zcpo/sampled_log_ratio_mean": float(masked_mean(sampled, batch.loss_mask))})
 
 
-CONSPO_ROUND = Stage("round", conspo_round, kernels=(conspo_k.margin_at,),
+CONSPO_ROUND = Stage("round", conspo_round, kernels=(conspo_k.margin_at, conspo_k.row_scale),
                      params=("conspo_margin_max", "conspo_margin_ramp_steps", "verdict_threshold"),
                      reads=("outcome.correct",), writes=("extras.conspo_margin", "extras.conspo_row_scale"))
 
@@ -122,12 +125,16 @@ register(policy_gradient_method(
                      "the margin schedule (a linear ramp 0 → conspo_margin_max over conspo_margin_ramp_steps "
                      "steps: library decision)",
                      "other positives are not in the denominator", "no old-policy ratio enters the score",
-                     "normalization: the mean over the round's positives"),
+                     "normalization: the mean of ℓ_p over the positives of eligible groups (the specification's "
+                     "form; not checked in the paper's text)"),
         confirmed="from the paper's abstract (arXiv 2605.12969v3): length-normalized sequence log-probabilities "
                   "as rollout scores in place of clipped ratio scores, verified positives contrasted with negatives "
                   "of the same group, a group-wise InfoNCE-style objective, a curriculum-scheduled margin that goes "
                   "from coarse ordering early to stronger separation later (a rising margin, as the ramp here); "
-                  "the gradient's form (∂ℓ/∂s_n = softmax_n/τ) is tested",
+                  "the gradient's form (∂ℓ/∂s_n = softmax_n/τ) is tested; the loss is the mean over the positives "
+                  "of eligible groups only, and a row without a valid token is neither positive nor negative "
+                  "(tested: until issue 24 the row scale counted every positive of the round, so groups without a "
+                  "contrast shrank the loss)",
     ),
     filters=(filters.DYNAMIC_SAMPLING,), round_=(CONSPO_ROUND,),
     advantage=adv.VERDICT, objective=CONSPO, aggregation="seq_mean_token_mean",

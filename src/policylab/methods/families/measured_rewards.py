@@ -32,7 +32,6 @@ from policylab.methods.spec import (
 from policylab.methods.stages import advantages as adv
 from policylab.methods.stages import losses
 from policylab.methods.stages.advantages import token_rewards
-from policylab.methods.stages.rewards import verifier_scores
 
 
 # ----------------------------------------------------------------------------- code_opt
@@ -74,8 +73,10 @@ CODE_RUNTIME = Stage("reward", code_runtime, kernels=(rt.code_opt_rewards, rt.sp
 def rfpo_critic(s: Sampled, ctx: StageContext):
     """The frozen critic's values of every prefix (the baseline) and of the whole reply
     (the reward after length debiasing and thresholding; truncated replies get the
-    debiased value as a flagged forecast). The verifier is read only for `gold_correct`,
-    an evaluator-side diagnostic that never reaches rewards or advantages."""
+    debiased value as a flagged forecast). No verifier is called during RL: the critic's
+    forecast is the reward and the verdict (`outcome.correct` = finished and v̂ ≥ τ), so
+    a training step needs no gold answer and no task verifier. Accuracy against the gold
+    answers is measured only by the evaluation, on held-out data."""
     b = s.batch
     critic = ctx.state["frozen_critic"]
     values, final = critic.values(b.tokens, b.attention_mask, b.loss_mask, b.prompt_width)
@@ -84,17 +85,14 @@ def rfpo_critic(s: Sampled, ctx: StageContext):
     finished = ~b.extras["truncated"].bool()
     r, verdict, forecast = crit.rfpo_rewards(final, b.response_lengths, finished, bias=critic.length_bias,
                                              tau=ctx.p.tau)
-    gold = verifier_scores(ctx, s.texts, [e.answer for e in s.examples], "rfpo")
     info = {"rfpo/critic_final_mean": float(final.mean()), "rfpo/verdict_frac": float(verdict.float().mean()),
-            "rfpo/forecast_frac": float(forecast.float().mean()),
-            "rfpo/verdict_gold_agreement": float((verdict.float() == gold).float().mean())}
+            "rfpo/forecast_frac": float(forecast.float().mean())}
     return {"rewards": r.float(), "outcome": {"correct": verdict.float()},
-            "extras": {"gold_correct": gold, "critic_values": values.to(b.logp_behavior.dtype), "forecast": forecast}}, info
+            "extras": {"critic_values": values.to(b.logp_behavior.dtype), "forecast": forecast}}, info
 
 
 RFPO_CRITIC = Stage("reward", rfpo_critic, kernels=(crit.rfpo_rewards, crit.debias), params=("tau",),
-                    writes=("rewards", "outcome.correct", "extras.gold_correct", "extras.critic_values",
-                            "extras.forecast"))
+                    writes=("rewards", "outcome.correct", "extras.critic_values", "extras.forecast"))
 
 
 def rfpo_gae(batch, ctx: StageContext) -> Advantages:
@@ -186,13 +184,16 @@ register(policy_gradient_method(
         summary="no verifier during RL: reward 1[V_ψ(y) − b(len y) ≥ τ] for finished replies (a flagged forecast for "
                 "truncated ones), GAE with the frozen V_ψ(s_t) as baseline",
         not_established="critic scores are not capability evidence; freezing prevents drift, not bias; the toy "
-                        "critic of a 135M model predicts little",
+                        "critic of a 135M model predicts little; training steps log no accuracy against gold "
+                        "answers (no verifier runs during RL: the evaluation measures it on held-out data)",
         unconfirmed=("title, arXiv id", "length-bias model (a line fitted on calibration rollouts)", "τ",
                      "forecast rule for truncated replies", "GAE γ, λ"),
         confirmed="not checked against the paper (title and id unconfirmed); tested: the critic has no gradient, "
                   "is in no optimizer group and is unchanged by a step, the τ tie goes to 1, a truncated reply is "
                   "a forecast never labelled verified, debiasing removes a synthetic linear length trend, the "
-                  "reward never reads the gold answer",
+                  "reward never reads the gold answer, and the reward stage never calls the task verifier (a verifier "
+                  "that raises is never reached; until issue 24 it was called on every reply for a logged "
+                  "agreement diagnostic, which stopped the step when it returned None)",
     ),
     rewards_=(RFPO_CRITIC,),
     advantage=RFPO_GAE, objective=losses.PPO_CLIP, aggregation="token_mean",
