@@ -19,7 +19,12 @@ from functools import lru_cache
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from policylab.errors import PolicylabError
 from policylab.learn.figures.model import Figure, Panel, alt_text, series_id
+
+
+class MissingFontError(PolicylabError):
+    """A raster or PDF figure would draw boxes for glyphs no installed font has."""
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255")
 DASHES = ("-", (0, (5, 1.5)), (0, (1.2, 1.2)), (0, (6, 1.5, 1.2, 1.5)))
@@ -40,6 +45,24 @@ def _fonts() -> list[str]:
 
     have = {f.name for f in font_manager.fontManager.ttflist}
     return ["DejaVu Sans"] + [f for f in CJK_FONTS if f in have]
+
+
+CJK_PACKAGE = "fonts-wqy-microhei"
+
+
+def cjk_fonts() -> list[str]:
+    """The CJK fonts matplotlib can use on this machine (empty: Chinese text would be boxes)."""
+    return _fonts()[1:]
+
+
+def require_cjk_font(lang: str) -> None:
+    """A Chinese PNG/PDF needs a CJK font on this machine (an SVG keeps its text as text and
+    the viewer's fonts draw it): raise MissingFontError naming the package to install."""
+    if lang == "zh" and not cjk_fonts():
+        raise MissingFontError(
+            f"a Chinese PNG/PDF figure needs a CJK font and matplotlib finds none (looked for: "
+            f"{', '.join(CJK_FONTS)}); install one, e.g. `apt-get install {CJK_PACKAGE}` (Debian/Ubuntu), then "
+            "remove matplotlib's font cache (~/.cache/matplotlib) - or write an .svg, whose text the viewer draws")
 
 
 def _rc() -> dict:
@@ -249,11 +272,19 @@ def write(fig: Figure, path, lang: str = "en") -> Path:
     elif suffix in (".png", ".pdf"):
         import matplotlib as mpl
 
+        require_cjk_font(lang)
         mfig = _draw(fig, lang)
-        with mpl.rc_context(_rc()), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-            mfig.savefig(path, dpi=200 if suffix == ".png" else None, metadata={"Software": "policylab"}
-                         if suffix == ".png" else None)
+        with mpl.rc_context(_rc()), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tmp = path.with_name(path.name + ".partial")
+            mfig.savefig(tmp, format=suffix[1:], dpi=200 if suffix == ".png" else None,
+                         metadata={"Software": "policylab"} if suffix == ".png" else None)
+        missing = sorted({str(w.message) for w in caught if "missing from font" in str(w.message)})
+        if missing:  # boxes instead of text: refuse, and leave nothing behind
+            tmp.unlink(missing_ok=True)
+            raise MissingFontError(f"{path.name}: {len(missing)} glyph(s) have no font on this machine (e.g. "
+                                   f"{missing[0]}); install `{CJK_PACKAGE}` (Debian/Ubuntu) or write an .svg")
+        tmp.replace(path)
     else:
         raise ValueError(f"--plot writes .svg, .png or .pdf files, got {path.name!r}")
     return path
