@@ -41,7 +41,9 @@ def test_quiz_asks_reads_and_reveals_with_live_numbers(fixture_bank):
 def test_quiz_is_seeded_and_covers_method_and_topics(fixture_bank):
     ids = {seed: _quiz(fixture_bank, method="rloo", seed=seed)[0].id for seed in range(12)}
     assert ids == {seed: _quiz(fixture_bank, method="rloo", seed=seed)[0].id for seed in range(12)}
-    assert set(ids.values()) <= {f"rloo-{c}" for c in ("basics", "mechanism", "comparison", "implementation")} | {"x-grpo-rloo"}
+    # rloo's own four, the cross-method question, and grpo's comparison question (it compares with rloo)
+    assert set(ids.values()) <= {f"rloo-{c}" for c in ("basics", "mechanism", "comparison", "implementation")} | {
+        "x-grpo-rloo", "grpo-comparison"}
     assert len(set(ids.values())) > 2  # the seed really changes the choice
 
 

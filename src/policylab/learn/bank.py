@@ -4,6 +4,7 @@ strictly, run every worked example and fill the `{placeholders}` with the live n
     build_bank(lang=None)  -> [MethodEntry]   one per method with a bank file, four questions each
     has_lesson(name)       -> bool            whether the method has a bank file
     topics(lang=None)      -> Topics          reading order + cross-method questions
+    question_index()       -> [Pending]       every question read, none rendered (the quiz)
     metric_bank(lang=None) -> {metric: [Question]}   the metric cards' questions (learn.metric_questions)
 
 Every problem found is collected and raised at once as a `BankError`, one line per
@@ -16,6 +17,7 @@ read from the code in `learn.anatomy`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -48,8 +50,8 @@ BANK_DIR = HERE / "bank"
 TOPICS_PATH = HERE / "topics.yaml"
 
 __all__ = ["BANK_DIR", "CATEGORIES", "LANGS", "METRIC_BANK_DIR", "TOPICS_PATH", "BankError", "Example",
-           "MethodEntry", "Question", "ReadingStep", "Topics", "build_bank", "fill", "has_lesson", "metric_bank",
-           "placeholders", "render_value", "topics"]
+           "MethodEntry", "Pending", "Question", "ReadingStep", "Topics", "build_bank", "fill", "has_lesson", "metric_bank",
+           "placeholders", "question_index", "reading_steps", "render_value", "topics"]
 
 
 # ------------------------------------------------------------------------ method files
@@ -206,3 +208,86 @@ def topics(lang: str | None = None, *, path: Path | str | None = None,
     pick = (lambda d: d) if lang is None else (lambda d: {lang: d[lang]})
     steps = [ReadingStep(pick(s.topic), s.methods, pick(s.why)) for s in steps]
     return Topics(tuple(steps), tuple(in_lang(q, lang) for q in questions))
+
+
+# ------------------------------------------------------------------- lazy question index
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A question read from its file but not yet rendered: its example has not run."""
+
+    id: str
+    category: str
+    methods: tuple  # its owners: (subject,) or the two methods of a topics question
+    compare_with: str | None
+    file: Path
+    raw: dict
+    topic: bool
+
+    def render(self, lang: str | None = None, *, examples: Mapping[str, Callable] | None = None) -> Question:
+        """Validate this one question and run its example (BankError naming the problem)."""
+        errors: list[str] = []
+        q = parse_question(self.raw, self.file.name, self.methods, default_examples(examples), errors, self.topic)
+        if errors or q is None:
+            raise BankError(errors or [f"{self.file.name}: question {self.id!r} does not build"])
+        return in_lang(q, lang)
+
+
+def _yaml(path: Path):
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    except yaml.YAMLError as exc:
+        raise BankError([f"{path.name}: not valid YAML: {exc}"]) from None
+
+
+def _pending(path: Path, owners: tuple | None, topic: bool) -> list[Pending]:
+    data = _yaml(path)
+    raw = data.get("questions") if isinstance(data, dict) else None
+    if not isinstance(raw, list):
+        raise BankError([f"{path.name}: `questions` must be a list"])
+    out = []
+    for q in raw:
+        if not isinstance(q, dict):
+            raise BankError([f"{path.name}: a question must be a mapping, got {type(q).__name__}"])
+        ms = tuple(q.get("methods") or ()) if topic else owners
+        out.append(Pending(str(q.get("id")), str(q.get("category")), ms, q.get("compare_with"), path, q, topic))
+    return out
+
+
+def question_index(*, bank_dir: Path | str | None = None, topics_path: Path | str | None = None,
+                   extra: bool | None = None) -> list[Pending]:
+    """Every question of the bank (method files, then the metric and literature files with
+    `extra`, default: when the bank is the package's own, then the cross-method questions of topics.yaml), read but not rendered: no
+    example runs until `Pending.render`. The quiz asks from this index, so asking one
+    question runs one example; the full validation is `build_bank` / `topics` /
+    `metric_questions.extra_bank` (the site build and the tests)."""
+    from policylab.learn.metric_questions import DIRS
+
+    extra = bank_dir is None if extra is None else extra
+    bank_dir = Path(bank_dir) if bank_dir is not None else BANK_DIR
+    out: list[Pending] = []
+    for p in sorted(bank_dir.glob("*.yaml")) if bank_dir.is_dir() else ():
+        if p.stem in methods.REGISTRY:
+            out += _pending(p, (p.stem,), topic=False)
+    if extra:
+        for folder in DIRS.values():
+            for p in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
+                out += _pending(p, (p.stem,), topic=False)
+    path = Path(topics_path) if topics_path is not None else TOPICS_PATH
+    if path.exists():
+        out += _pending(path, None, topic=True)
+    return out
+
+
+def reading_steps(topics_path: Path | str | None = None) -> list[dict]:
+    """The reading order's raw steps ({topic: {en, zh}, methods: [...]}) without running
+    anything (the quiz's --topic filter)."""
+    path = Path(topics_path) if topics_path is not None else TOPICS_PATH
+    if not path.exists():
+        return []
+    data = _yaml(path)
+    return [s for s in (data.get("reading_order") or []) if isinstance(s, dict)] if isinstance(data, dict) else []

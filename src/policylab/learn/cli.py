@@ -1,9 +1,13 @@
 """The learning layer's subcommands for `policylab`:
 
-    policylab quiz [--method NAME] [--lang en|zh] [--seed N]   one question, answer on stdin
-    policylab explain NAME [--lang en|zh] [--plot FILE]        card, formulas, worked examples;
-                                                               --plot writes the method's figure
-                                                               (.svg, .png or .pdf) in that language
+    policylab quiz [-n N] [--method NAME] [--topic T] [--category C] [--lang en|zh] [--seed S]
+                                                               a round of N questions: answers on
+                                                               stdin, a score, a review of the missed
+    policylab explain NAME [--lang en|zh] [--plot FILE]        card, formulas, worked examples of a
+                                                               method, metric or literature-only card
+                                                               (any case); --plot writes the method's
+                                                               figure (.svg, .png or .pdf), its path
+                                                               checked before anything is printed
     policylab site build OUT_DIR [--allow-incomplete]          the static site (offline, file://)
 
 `policylab.cli.build_parser` calls `add_subcommands(sub)`. Errors are PolicylabError
@@ -18,19 +22,17 @@ LANG_CHOICES = ("en", "zh")
 
 
 def _quiz(args) -> int:
-    from policylab.learn.quiz import quiz
+    from policylab.learn.quiz import quiz_round
 
-    quiz(args.method, args.lang, args.seed)
+    quiz_round(args.n, args.method, args.lang, args.seed, topic=args.topic, category=args.category)
     return 0
 
 
 def _explain(args) -> int:
-    from policylab.learn.quiz import explain
+    from policylab.learn.quiz import check_plot, explain
 
-    if args.plot and not str(args.plot).lower().endswith((".svg", ".png", ".pdf")):
-        from policylab.errors import PolicylabError
-
-        raise PolicylabError(f"--plot writes .svg, .png or .pdf files, got {args.plot!r}")
+    if args.plot:  # the output path, the subject's figure and the fonts, before any work
+        check_plot(args.name, args.plot, args.lang)
     explain(args.name, args.lang)
     if args.plot:
         from policylab.learn.quiz import write_plot
@@ -49,8 +51,11 @@ def _site_build(args) -> int:
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Add `quiz`, `explain` and `site` to the subparsers of the main CLI."""
-    q = sub.add_parser("quiz", help="answer one question from the method bank")
-    q.add_argument("--method", help="ask only about this method (default: any)")
+    q = sub.add_parser("quiz", help="a round of questions from the bank: answer, check, score, review")
+    q.add_argument("-n", type=int, default=5, help="questions in the round (default 5)")
+    q.add_argument("--method", help="ask only about this method, metric or literature-only card (any case)")
+    q.add_argument("--topic", help="ask only about the methods of a reading-order topic (part of its title)")
+    q.add_argument("--category", choices=("basics", "mechanism", "comparison", "implementation"))
     q.add_argument("--lang", choices=LANG_CHOICES, default="en")
     q.add_argument("--seed", type=int, default=None, help="seed of the random choice (default: random)")
     q.set_defaults(fn=_quiz)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import random
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.methods.cards import card_text
-from policylab.learn import anatomy, bank, lessons
+from policylab.methods.cards import card_text, literature_card_text
+from policylab.learn import anatomy, bank, lessons, subjects
 
 UI = {
     "en": dict(prompt="Your answer (finish with an empty line or Ctrl-D):", yours="Your answer", skipped="(no answer given)",
@@ -30,12 +32,26 @@ UI = {
                questions="Questions", cat=dict(basics="basics", mechanism="mechanism", comparison="comparison",
                                                implementation="implementation"), vs="vs", empty="the question bank is empty",
                no_lesson="{name} has no lesson yet (it was registered outside policylab): no questions to ask about it",
-               no_figure="{name} has no lesson yet (it was registered outside policylab): no figure to plot"),
+               no_figure="{name} has no lesson yet (it was registered outside policylab): no figure to plot",
+               no_figure_kind="{name} is {kind}: it has no figure to plot (only methods have one)",
+               kinds=dict(metric="a metric", literature="a literature-only card (nothing of it runs)"),
+               no_dir="--plot: the directory {dir} does not exist (create it first, or write {path} elsewhere)",
+               not_dir="--plot: {dir} is not a directory", is_dir="--plot: {path} is a directory, not a file name",
+               not_writable="--plot: cannot write {path} (permission denied)",
+               verdict="Did you have it? [y = yes, anything else = no]:", score="Score: {score}/{n}",
+               review="Review of the missed questions:", filters="filters"),
     "zh": dict(prompt="你的回答（以空行或 Ctrl-D 结束）：", yours="你的回答", skipped="（未作答）", answer="答案",
                example="计算示例", numbers="实时数值（刚由 {call} 计算）：", formula="公式", questions="问题",
                cat=dict(basics="基础", mechanism="机制", comparison="比较", implementation="实现"), vs="对比",
                empty="题库为空", no_lesson="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可问的问题",
-               no_figure="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可画的图"),
+               no_figure="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可画的图",
+               no_figure_kind="{name} 是{kind}：没有可画的图（只有方法才有图）",
+               kinds=dict(metric="评测指标", literature="仅文献卡片（没有可运行的部分）"),
+               no_dir="--plot：目录 {dir} 不存在（请先创建，或把 {path} 写到别处）",
+               not_dir="--plot：{dir} 不是目录", is_dir="--plot：{path} 是目录，不是文件名",
+               not_writable="--plot：无法写入 {path}（权限不足）",
+               verdict="你答对了吗？[y = 对，其他 = 不对]：", score="得分：{score}/{n}",
+               review="回顾答错的问题：", filters="筛选条件"),
 }
 
 
@@ -85,54 +101,181 @@ def _read_answer(stdin: TextIO | None) -> str:
     return "\n".join(lines)
 
 
-def _pool(method: str | None, lang: str, bank_dir=None, examples=None, topics_path=None) -> list[bank.Question]:
+def _score_answer(stdin: TextIO | None) -> bool:
+    """The reader's own verdict after the reveal: a line starting with y/yes/是/对 counts
+    as right; anything else, an empty line or EOF, as missed."""
+    if stdin is None:
+        return False
+    try:
+        line = stdin.readline()
+    except (EOFError, OSError, ValueError):
+        return False
+    return line.strip().lower() in ("y", "yes", "是", "对", "对了")
+
+
+def _topic_methods(topic: str, topics_path=None) -> set:
+    """The methods of the reading-order steps whose title (either language) contains
+    `topic` (case-insensitive); none matching is an error listing the titles."""
+    steps = bank.reading_steps(topics_path)
+    key = topic.strip().lower()
+    hit = [s for s in steps if any(key in str(t).lower() for t in (s.get("topic") or {}).values())]
+    if not hit:
+        titles = "; ".join(str((s.get("topic") or {}).get("en")) for s in steps)
+        raise PolicylabError(f"no reading-order topic matches {topic!r}; the topics are: {titles}")
+    return {m for s in hit for m in s.get("methods") or ()}
+
+
+def select(method: str | None = None, topic: str | None = None, category: str | None = None, *, bank_dir=None,
+           topics_path=None) -> list[bank.Pending]:
+    """The questions a round draws from: every question of the bank (methods, metrics,
+    literature-only cards, cross-method questions), narrowed to one subject (`method`,
+    any spelling `subjects.resolve` accepts), to the methods of a reading-order topic, and
+    to one category. Nothing is rendered (no example runs)."""
+    from policylab.learn.questions import CATEGORIES
+
+    if category is not None and category not in CATEGORIES:
+        raise PolicylabError(f"category must be one of {', '.join(CATEGORIES)}, got {category!r}")
+    pool = bank.question_index(bank_dir=bank_dir, topics_path=topics_path)
     if method is not None:
-        name = methods.get(method).name  # UnknownMethodError with close matches
-        if not lessons.is_shipped(name) and not bank.has_lesson(name, bank_dir):
-            raise PolicylabError(_ui(lang)["no_lesson"].format(name=name))
-        entries = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[name])
-    else:
-        entries = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, complete=False)
-    pool = [q for e in entries for q in e.questions]
-    for q in bank.topics(lang, path=topics_path, examples=examples).questions:
-        if method is None or method in q.methods:
-            pool.append(q)
+        s = subjects.resolve(method)
+        if s.kind == "method" and not lessons.is_shipped(s.name) and not bank.has_lesson(s.name, bank_dir):
+            raise PolicylabError(UI["en"]["no_lesson"].format(name=s.name))
+        pool = [p for p in pool if s.name in p.methods or p.compare_with == s.name]
+        pool.sort(key=lambda p: (p.methods[0] != s.name, p.topic))  # its own questions first
+    if topic is not None:
+        ms = _topic_methods(topic, topics_path)
+        pool = [p for p in pool if set(p.methods) <= ms]
+    if category is not None:
+        pool = [p for p in pool if p.category == category]
     return pool
+
+
+@dataclass
+class Round:
+    """What a round asked, in order, and the reader's verdicts."""
+
+    asked: list = field(default_factory=list)  # [Question]
+    right: list = field(default_factory=list)  # [bool], one per question
+
+    @property
+    def score(self) -> int:
+        return sum(self.right)
+
+    @property
+    def missed(self) -> list:
+        return [q for q, ok in zip(self.asked, self.right) if not ok]
+
+
+def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: int | None = None, *,
+               topic: str | None = None, category: str | None = None, stdin: TextIO | None = None,
+               stdout: TextIO | None = None, bank_dir=None, examples=None, topics_path=None) -> Round:
+    """A round of `n` different questions chosen by `random.Random(seed)` from `select(...)`
+    (fewer when the pool is smaller): each is asked, the reader's answer read from `stdin`
+    (up to an empty line or EOF), the answer and the worked example with its live numbers
+    shown, and the reader says whether they had it (y / anything else). Then the score and
+    a review of the missed questions with their examples. Only the asked questions'
+    examples run, one just before its question is shown."""
+    ui = _ui(lang)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise PolicylabError(f"a round has at least one question, got n = {n!r}")
+    stdin = sys.stdin if stdin is None else stdin
+    out = sys.stdout if stdout is None else stdout
+    pool = select(method, topic, category, bank_dir=bank_dir, topics_path=topics_path)
+    if not pool:
+        raise PolicylabError(ui["empty"] + (f" ({ui['filters']}: {_filters(method, topic, category)})"
+                                            if method or topic or category else ""))
+    picked = random.Random(seed).sample(pool, min(n, len(pool)))
+    result = Round()
+    for i, p in enumerate(picked, 1):
+        q = p.render(lang, examples=examples)
+        out.write(f"[{i}/{len(picked)}] {_heading(q, lang)}\n{q.question[lang]}\n\n{ui['prompt']}\n")
+        out.flush()
+        given = _read_answer(stdin)
+        out.write(f"\n{ui['yours']}: {given or ui['skipped']}\n\n{ui['answer']}: {q.answer[lang]}\n\n")
+        out.write("\n".join(example_lines(q, lang)) + f"\n\n{ui['verdict']}\n")
+        out.flush()
+        result.asked.append(q)
+        result.right.append(_score_answer(stdin))
+        out.write("\n")
+    out.write(ui["score"].format(score=result.score, n=len(picked)) + "\n")
+    if result.missed:
+        out.write(f"\n{ui['review']}\n")
+        for q in result.missed:
+            out.write(f"\n{_heading(q, lang)}\n{q.question[lang]}\n{ui['answer']}: {q.answer[lang]}\n")
+            out.write("\n".join(example_lines(q, lang)) + "\n")
+    out.flush()
+    return result
+
+
+def _filters(method, topic, category) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (("method", method), ("topic", topic), ("category", category)) if v)
 
 
 def quiz(method: str | None = None, lang: str = "en", seed: int | None = None, *, stdin: TextIO | None = None,
          stdout: TextIO | None = None, bank_dir=None, examples=None, topics_path=None) -> bank.Question:
-    """Ask one question chosen by `random.Random(seed)`, wait for the reader's answer on
-    `stdin`, then print the answer and the example with its live numbers. Returns it."""
-    ui = _ui(lang)
-    stdin = sys.stdin if stdin is None else stdin
-    out = sys.stdout if stdout is None else stdout
-    pool = _pool(method, lang, bank_dir, examples, topics_path)
-    if not pool:
-        raise PolicylabError(ui["empty"] + (f" for {method}" if method else ""))
-    q = random.Random(seed).choice(pool)
-    out.write(f"{_heading(q, lang)}\n{q.question[lang]}\n\n{ui['prompt']}\n")
-    out.flush()
-    given = _read_answer(stdin)
-    out.write(f"\n{ui['yours']}: {given or ui['skipped']}\n\n{ui['answer']}: {q.answer[lang]}\n\n")
-    out.write("\n".join(example_lines(q, lang)) + "\n")
-    out.flush()
-    return q
+    """A round of one question (`quiz_round(1, ...)`); returns the question asked."""
+    return quiz_round(1, method, lang, seed, stdin=stdin, stdout=stdout, bank_dir=bank_dir, examples=examples,
+                      topics_path=topics_path).asked[0]
+
+
+def subject_card_text(subject: subjects.Subject) -> str:
+    """The card of a method, a literature-only entry or a metric, as `policylab methods NAME`
+    prints it (pass@k, which has no card of its own, shows its kernel's docstring)."""
+    if subject.kind == "method":
+        return card_text(methods.get(subject.name))
+    if subject.kind == "literature":
+        return literature_card_text(subject.name, methods.registry.card(subject.name))
+    from policylab.eval.cards import METRICS, metric_card_text
+
+    if subject.name in METRICS:
+        return metric_card_text(METRICS[subject.name])
+    import inspect
+
+    from policylab.kernels.metrics import pass_at_k
+    from policylab.methods.spec import source_location
+
+    qual, path, line = source_location(pass_at_k)
+    doc = inspect.cleandoc(pass_at_k.__doc__ or "").split("\n\n")
+    return "\n".join([f"pass_at_k: {doc[0]}", "  family        metric (not a training method: "
+                      "`policylab eval RUN --metrics pass@k`; the sharpening_tax card reports its numbers)",
+                      "  kernel        " + f"{qual}  {path}:{line}", *("  " + t for t in doc[1].splitlines())])
 
 
 def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -> str:
-    """The card, the formulas and the four questions of `name` with live numbers; for a
-    method registered outside policylab without a bank file, the card, the formulas and
-    "no lesson yet" (a shipped method without one is a BankError naming the file)."""
+    """The card, the formulas and the four questions of `name` (any spelling
+    `subjects.resolve` accepts: a method, a literature-only card or a metric) with live
+    numbers; for a method registered outside policylab without a bank file, the card, the
+    formulas and "no lesson yet" (a shipped method without one is a BankError naming the
+    file). The fixed words are in `lang`; a card's fields are shown in `lang` through the
+    glossary (`learn.glossary`)."""
     ui = _ui(lang)
-    method = methods.get(name)
-    parts = [card_text(method), "", f"{ui['formula']}:", anatomy.formula_text(method), "", f"{ui['questions']}:"]
+    subject = subjects.resolve(name)
+    if subject.kind != "method":
+        from policylab.learn.metric_questions import subject_questions
+
+        parts = [localized_card(subject_card_text(subject), lang), "", f"{ui['questions']}:"]
+        for q in subject_questions(subject, lang, examples=examples):
+            parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}",
+                      *example_lines(q, lang)]
+        return "\n".join(parts)
+    method = methods.get(subject.name)
+    parts = [localized_card(card_text(method), lang), "", f"{ui['formula']}:", anatomy.formula_text(method), "",
+             f"{ui['questions']}:"]
     if not lessons.is_shipped(method.name) and not bank.has_lesson(method.name, bank_dir):
         return "\n".join(parts + ["", lessons.NO_LESSON_NOTE[lang]])
     entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[method.name])[0]
     for q in entry.questions:
         parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}", *example_lines(q, lang)]
     return "\n".join(parts)
+
+
+def localized_card(text: str, lang: str) -> str:
+    """A card as printed, with its field labels and values in `lang` (English unchanged)."""
+    if lang == "en":
+        return text
+    from policylab.learn import glossary
+
+    return glossary.card_text_zh(text)
 
 
 def explain(name: str, lang: str = "en", *, stdout: TextIO | None = None, bank_dir=None, examples=None) -> None:
@@ -144,17 +287,50 @@ def explain(name: str, lang: str = "en", *, stdout: TextIO | None = None, bank_d
 FIGURE_UI = {"en": "Figure ({key}) written to {path}:\n  {caption}", "zh": "图（{key}）已写入 {path}：\n  {caption}"}
 
 
-def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = None, defs_dir=None):
-    """Compute the figure of `name` now and write it to `path` (.svg, .png, .pdf) with its
-    labels, caption and alt text in `lang`; print where it went and its caption."""
+def check_plot(name: str, path, lang: str = "en", *, defs_dir=None) -> Path:
+    """Everything `write_plot` needs, checked before any work is done: a .svg/.png/.pdf
+    suffix, an existing writable directory to write into (and not a directory at `path`
+    itself), a subject with a figure (a method; metrics and literature-only cards have
+    none), and for a Chinese PNG/PDF a CJK font (`render.require_cjk_font`). Returns the
+    path; raises PolicylabError naming the problem."""
+    import os
+
     from policylab.learn import figures
     from policylab.learn.figures import render
 
     ui = _ui(lang)
-    name = methods.get(name).name
-    if not lessons.is_shipped(name) and not figures.has_definition(name, defs_dir=defs_dir):
-        raise PolicylabError(ui["no_figure"].format(name=name))
-    fig = figures.figure(name, defs_dir=defs_dir)
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".svg", ".png", ".pdf"):
+        raise PolicylabError(f"--plot writes .svg, .png or .pdf files, got {str(path)!r}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise PolicylabError(ui["no_dir"].format(dir=parent, path=path))
+    if not parent.is_dir():
+        raise PolicylabError(ui["not_dir"].format(dir=parent))
+    if path.is_dir():
+        raise PolicylabError(ui["is_dir"].format(path=path))
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise PolicylabError(ui["not_writable"].format(path=path))
+    subject = subjects.resolve(name)
+    if subject.kind != "method":
+        raise PolicylabError(ui["no_figure_kind"].format(name=subject.name, kind=ui["kinds"][subject.kind]))
+    if not lessons.is_shipped(subject.name) and not figures.has_definition(subject.name, defs_dir=defs_dir):
+        raise PolicylabError(ui["no_figure"].format(name=subject.name))
+    if suffix in (".png", ".pdf"):
+        render.require_cjk_font(lang)
+    return path
+
+
+def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = None, defs_dir=None):
+    """Compute the figure of `name` now and write it to `path` (.svg, .png, .pdf) with its
+    labels, caption and alt text in `lang`; print where it went and its caption. The path
+    and the fonts are checked first (`check_plot`)."""
+    from policylab.learn import figures
+    from policylab.learn.figures import render
+
+    path = check_plot(name, path, lang, defs_dir=defs_dir)
+    fig = figures.figure(subjects.resolve(name).name, defs_dir=defs_dir)
     try:
         out = render.write(fig, path, lang)
     except ValueError as exc:

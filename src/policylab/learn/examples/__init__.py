@@ -26,6 +26,7 @@ from policylab.learn.examples import (  # noqa: F401  (imported for their regist
     rich_rewards,
     sequence_objectives,
     sequence_weighting,
+    subjects,
     testtime,
 )
 from policylab.learn.examples.registry import EXAMPLES, example

@@ -5,7 +5,10 @@ CJK font for Chinese), every series' drawing carries the id `pl-s<panel>-<series
 its <desc>. The layout is computed in inches (no tight/constrained layout pass), so one
 figure costs one draw. Output is deterministic (fixed hash salt, no date).
 
-    svg(fig, lang) -> str            the SVG text (cached by the figure's data)
+    svg(fig, lang, columns=2) -> str the SVG text (cached by the figure's data); columns=1 is
+                                     the narrow drawing for small screens
+    styles(panel) / tags(panel)      each series' colour, dash and width (no two lines of a
+                                     panel alike) and its direct label (a, b, ... on the line)
     write(fig, path, lang)           .svg, or .png / .pdf through the same drawing
 """
 
@@ -19,7 +22,12 @@ from functools import lru_cache
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from policylab.errors import PolicylabError
 from policylab.learn.figures.model import Figure, Panel, alt_text, series_id
+
+
+class MissingFontError(PolicylabError):
+    """A raster or PDF figure would draw boxes for glyphs no installed font has."""
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255")
 DASHES = ("-", (0, (5, 1.5)), (0, (1.2, 1.2)), (0, (6, 1.5, 1.2, 1.5)))
@@ -40,6 +48,24 @@ def _fonts() -> list[str]:
 
     have = {f.name for f in font_manager.fontManager.ttflist}
     return ["DejaVu Sans"] + [f for f in CJK_FONTS if f in have]
+
+
+CJK_PACKAGE = "fonts-wqy-microhei"
+
+
+def cjk_fonts() -> list[str]:
+    """The CJK fonts matplotlib can use on this machine (empty: Chinese text would be boxes)."""
+    return _fonts()[1:]
+
+
+def require_cjk_font(lang: str) -> None:
+    """A Chinese PNG/PDF needs a CJK font on this machine (an SVG keeps its text as text and
+    the viewer's fonts draw it): raise MissingFontError naming the package to install."""
+    if lang == "zh" and not cjk_fonts():
+        raise MissingFontError(
+            f"a Chinese PNG/PDF figure needs a CJK font and matplotlib finds none (looked for: "
+            f"{', '.join(CJK_FONTS)}); install one, e.g. `apt-get install {CJK_PACKAGE}` (Debian/Ubuntu), then "
+            "remove matplotlib's font cache (~/.cache/matplotlib) - or write an .svg, whose text the viewer draws")
 
 
 def _rc() -> dict:
@@ -71,20 +97,31 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
     return ticks if len(ticks) <= 7 else inside([10.0 ** d for d in decades])
 
 
-def _style(p: Panel) -> list[tuple]:
-    """(colour, line style, width) per series: references grey and dashed; otherwise one
-    colour per series, or per method in an overlay (when a method has several series the
-    line style tells them apart; with one each, every other pair of methods is dashed so
-    curves that coincide stay visible)."""
+REF_DASHES = ((0, (4, 2)), (0, (7, 2, 1.5, 2)), (0, (1.2, 1.6)), (0, (2.5, 3.5)), (0, (9, 3)))
+# reference marks (thresholds, bounds): thin, light grey, each with its own dash and its
+# label written along the line
+MARK_DASHES = ((0, (1.5, 1.5)), (0, (5, 1.5, 1, 1.5)), (0, (3, 3)), (0, (0.8, 2.4)), (0, (6, 2)))
+REF_GREYS = (REFERENCE, "#4f555e")
+TAGS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def styles(p: Panel) -> list[tuple]:
+    """(colour, line style, width) per series, no two lines (line or step series) of a
+    panel alike. References are grey, each with a dash of its own (REF_DASHES, alternating
+    two greys); the others get one colour per series, or per method in an overlay (when a
+    method has several series the line style tells them apart; with one each, every other
+    pair of methods is dashed so curves that coincide stay visible). A pair that would
+    still repeat moves to the next dash."""
     counts: dict[int, int] = {}
     for s in p.series:
         if s.group is not None and not s.reference:
             counts[s.group] = counts.get(s.group, 0) + 1
     several = max(counts.values(), default=1) > 1
-    out, colour, within = [], 0, {}
+    out, colour, within, refs = [], 0, {}, 0
     for s in p.series:
         if s.reference:
-            out.append((REFERENCE, (0, (4, 2)), 1.2))
+            out.append((REF_GREYS[(refs // len(REF_DASHES)) % 2], REF_DASHES[refs % len(REF_DASHES)], 1.2))
+            refs += 1
             continue
         if s.group is not None:
             k = within.get(s.group, 0)
@@ -94,13 +131,47 @@ def _style(p: Panel) -> list[tuple]:
             c, dash = colour, colour // 2
             colour += 1
         out.append((PALETTE[c % len(PALETTE)], DASHES[dash % len(DASHES)], 1.6))
+    seen: set = set()
+    for i, (s, (c, ls, lw)) in enumerate(zip(p.series, out)):
+        if s.kind not in ("line", "step"):
+            continue
+        pool = REF_DASHES if s.reference else DASHES
+        k = pool.index(ls)
+        for _ in range(len(pool)):
+            if (c, str(ls)) not in seen:
+                break
+            k = (k + 1) % len(pool)
+            ls = pool[k]
+        if (c, str(ls)) in seen:
+            raise ValueError(f"panel {p.title.get('en')!r}: too many lines of colour {c} to tell apart")
+        seen.add((c, str(ls)))
+        out[i] = (c, ls, lw)
     return out
 
 
+def tags(p: Panel) -> list[str | None]:
+    """The direct label of each line (a, b, c, ... written on the line and before its legend
+    entry) when the panel has two lines or more; None for bars, points and a lone line."""
+    lines = [i for i, s in enumerate(p.series) if s.kind in ("line", "step")]
+    out: list[str | None] = [None] * len(p.series)
+    if len(lines) >= 2:
+        for k, i in enumerate(lines):
+            out[i] = TAGS[k % len(TAGS)]
+    return out
+
+
+def _tag_at(s, k: int, n: int) -> tuple[float, float]:
+    """Where line k of n carries its tag: spread along x so coinciding lines show each tag."""
+    i = min(len(s.x) - 1, max(0, round((k + 0.5) / n * (len(s.x) - 1))))
+    return s.x[i], s.y[i]
+
+
 def _draw_panel(ax, p: Panel, pi: int, lang: str) -> None:
-    for si, (s, (c, ls, lw)) in enumerate(zip(p.series, _style(p))):
+    tag = tags(p)
+    n_tags = sum(t is not None for t in tag)
+    for si, (s, (c, ls, lw)) in enumerate(zip(p.series, styles(p))):
         sid = series_id(pi, si)
-        label = s.label[lang]
+        label = s.label[lang] if tag[si] is None else f"({tag[si]}) {s.label[lang]}"
         if s.kind == "bar":
             bars = ax.bar(s.x, s.y, width=0.62, color=c, label=label)
             for k, rect in enumerate(bars):
@@ -123,9 +194,23 @@ def _draw_panel(ax, p: Panel, pi: int, lang: str) -> None:
             else:
                 (line,) = ax.plot(s.x, s.y, **kw)
             line.set_gid(sid)
-    for m in p.marks:
+            if tag[si] is not None:
+                x, y = _tag_at(s, TAGS.index(tag[si]), n_tags)
+                t = ax.annotate(tag[si], (x, y), fontsize=6.8, color=c, ha="center", va="center", zorder=5,
+                                bbox=dict(boxstyle="circle,pad=0.18", fc="white", ec=c, lw=0.8))
+                t.set_gid(f"{sid}-tag")
+    for mi, m in enumerate(p.marks):
         fn = ax.axvline if m.axis == "x" else ax.axhline
-        fn(m.value, color=MARK, linestyle=(0, (1.5, 1.5)), linewidth=1.0, label=m.label[lang], zorder=0.5)
+        line = fn(m.value, color=MARK, linestyle=MARK_DASHES[mi % len(MARK_DASHES)], linewidth=1.0,
+                  label=m.label[lang], zorder=0.5)
+        line.set_gid(f"pl-m{pi}-{mi}")
+        if m.axis == "x":  # the label along the line, at the top of the axes
+            t = ax.text(m.value, 0.98, m.label[lang], transform=ax.get_xaxis_transform(), rotation=90, ha="right",
+                        va="top", fontsize=6.3, color="#5c626c", zorder=0.6)
+        else:
+            t = ax.text(0.99, m.value, m.label[lang], transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+                        fontsize=6.3, color="#5c626c", zorder=0.6)
+        t.set_gid(f"pl-m{pi}-{mi}-label")
     if p.xscale == "log":
         ax.set_xscale("log")
         xs = [v for s in p.series for v in s.x]
@@ -159,10 +244,10 @@ def _draw_panel(ax, p: Panel, pi: int, lang: str) -> None:
               borderaxespad=0.0, handlelength=2.6, columnspacing=1.2, labelspacing=0.3)
 
 
-def _layout(fig: Figure, lang: str):
-    """(width, height, [axes rect in figure fractions]) for the panels in rows of COLUMNS."""
+def _layout(fig: Figure, lang: str, columns: int = COLUMNS):
+    """(width, height, [axes rect in figure fractions]) for the panels in rows of `columns`."""
     n = len(fig.panels)
-    cols = min(COLUMNS, n)
+    cols = min(columns, n)
     rows = [fig.panels[i:i + cols] for i in range(0, n, cols)]
     cell_w = LEFT + PLOT_W + RIGHT
     heights = []
@@ -181,13 +266,13 @@ def _layout(fig: Figure, lang: str):
     return W, H, rects
 
 
-def _draw(fig: Figure, lang: str):
+def _draw(fig: Figure, lang: str, columns: int = COLUMNS):
     import matplotlib as mpl
     from matplotlib.figure import Figure as MplFigure
 
     with mpl.rc_context(_rc()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        W, H, rects = _layout(fig, lang)
+        W, H, rects = _layout(fig, lang, columns)
         mfig = MplFigure(figsize=(W, H))
         for pi, (p, rect) in enumerate(zip(fig.panels, rects)):
             _draw_panel(mfig.add_axes(rect), p, pi, lang)
@@ -214,7 +299,7 @@ def _finish(text: str, fig: Figure, lang: str) -> str:
                         'xmlns:xlink', 1)
 
 
-_CACHE: dict[tuple[str, str], str] = {}
+_CACHE: dict[tuple[str, str, int], str] = {}
 
 
 def clear_cache() -> None:
@@ -222,15 +307,16 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def svg(fig: Figure, lang: str) -> str:
-    """The figure as SVG text in `lang` (en | zh)."""
+def svg(fig: Figure, lang: str, columns: int = COLUMNS) -> str:
+    """The figure as SVG text in `lang` (en | zh), its panels in rows of `columns` (1: the
+    narrow drawing the site shows on a phone, at full size in a 400-px window)."""
     if lang not in ("en", "zh"):
         raise ValueError(f"language must be en or zh, got {lang!r}")
-    key = (fig.fingerprint(), lang)
+    key = (fig.fingerprint(), lang, columns)
     if key not in _CACHE:
         from matplotlib.backends.backend_svg import FigureCanvasSVG
 
-        mfig = _draw(fig, lang)
+        mfig = _draw(fig, lang, columns)
         buf = io.StringIO()
         import matplotlib as mpl
 
@@ -249,11 +335,19 @@ def write(fig: Figure, path, lang: str = "en") -> Path:
     elif suffix in (".png", ".pdf"):
         import matplotlib as mpl
 
+        require_cjk_font(lang)
         mfig = _draw(fig, lang)
-        with mpl.rc_context(_rc()), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-            mfig.savefig(path, dpi=200 if suffix == ".png" else None, metadata={"Software": "policylab"}
-                         if suffix == ".png" else None)
+        with mpl.rc_context(_rc()), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tmp = path.with_name(path.name + ".partial")
+            mfig.savefig(tmp, format=suffix[1:], dpi=200 if suffix == ".png" else None,
+                         metadata={"Software": "policylab"} if suffix == ".png" else None)
+        missing = sorted({str(w.message) for w in caught if "missing from font" in str(w.message)})
+        if missing:  # boxes instead of text: refuse, and leave nothing behind
+            tmp.unlink(missing_ok=True)
+            raise MissingFontError(f"{path.name}: {len(missing)} glyph(s) have no font on this machine (e.g. "
+                                   f"{missing[0]}); install `{CJK_PACKAGE}` (Debian/Ubuntu) or write an .svg")
+        tmp.replace(path)
     else:
         raise ValueError(f"--plot writes .svg, .png or .pdf files, got {path.name!r}")
     return path

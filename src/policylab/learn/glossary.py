@@ -1,0 +1,156 @@
+"""Chinese for everything a learner reads on a card: one file, `learn/glossary_zh.yaml`.
+
+    terms:   the terms of art, English -> Chinese (advantage -> 优势, behavior policy ->
+             行为策略, ...), one rendering each; every translation below uses them
+    texts:   each English text a card shows (summary, who samples, who learns, reference,
+             critic, status, not shown, confirmed, each unconfirmed item, the parameters'
+             descriptions), exactly as the card has it -> its Chinese
+
+The cards themselves (`policylab.methods.families`, `policylab.eval.cards`) stay English;
+the site, the comparison table and `policylab explain --lang zh` read their Chinese here.
+
+    zh(text) -> str | None           the translation of one card text (None: none yet)
+    field(text, lang) -> str         the text in `lang`; an untranslated one is shown in
+                                     English behind a visible marker, never silently
+    card_texts() -> [(where, text)]  every English text the shipped cards show
+    missing() -> [(where, text)]     the ones without a translation
+    card_text_zh(text) -> str        a card as `policylab methods NAME` prints it, in Chinese
+
+A card text changed in the code no longer matches its entry: it shows as untranslated and
+`tests/learn/test_glossary.py` names it, so a translation cannot silently describe an
+older card.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+GLOSSARY_PATH = Path(__file__).resolve().parent / "glossary_zh.yaml"
+UNTRANSLATED = "〔尚未翻译，英文原文〕"
+
+# the labels of a printed card (`methods.cards.card_text`, `eval.cards.metric_card_text`)
+LABELS = {
+    "family": "类别", "what it does": "作用", "samples": "谁采样", "learns": "谁学习", "reference": "参考策略",
+    "critic": "价值网络", "needs": "所需输入", "role passes": "角色前向", "aggregation": "聚合方式", "status": "状态",
+    "not shown": "尚未证实", "confirmed": "已核对", "unconfirmed": "未核对", "parameters": "参数", "stages": "阶段",
+    "decision": "决策", "kernels": "内核", "kernel": "内核",
+}
+# the fields whose values are prose (translated); the others are code names, kept as they are
+PROSE_LABELS = ("family", "what it does", "samples", "learns", "reference", "critic", "status", "not shown",
+                "confirmed", "decision", "needs", "role passes")
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+@lru_cache(maxsize=1)
+def _data() -> tuple[dict, dict]:
+    import yaml
+
+    data = yaml.safe_load(GLOSSARY_PATH.read_text(encoding="utf-8")) if GLOSSARY_PATH.exists() else {}
+    terms = {str(k): str(v) for k, v in (data.get("terms") or {}).items()}
+    texts = {_norm(k): str(v) for k, v in (data.get("texts") or {}).items()}
+    return terms, texts
+
+
+def terms() -> dict:
+    """The terms of art, English -> Chinese."""
+    return dict(_data()[0])
+
+
+def zh(text: str) -> str | None:
+    """The Chinese of one English card text, or None when the glossary has none."""
+    if not str(text).strip():
+        return ""
+    return _data()[1].get(_norm(text))
+
+
+def field(text: str, lang: str) -> str:
+    """`text` in `lang`: English unchanged; Chinese from the glossary, or the English behind
+    the UNTRANSLATED marker when there is no entry."""
+    if lang == "en":
+        return text
+    t = zh(text)
+    return t if t is not None else f"{UNTRANSLATED}{text}"
+
+
+def _unconfirmed(text: str, lang: str) -> str:
+    return "；".join(field(item, lang) for item in text.split("; ")) if lang == "zh" else text
+
+
+def card_texts() -> list[tuple[str, str]]:
+    """(where, English text) of every prose text a shipped card, a literature-only card or a
+    metric card shows (the parameters' descriptions included), each once."""
+    from policylab import methods
+    from policylab.eval.cards import METRICS
+    from policylab.learn.lessons import shipped_names
+
+    out: dict[str, str] = {}
+
+    def add(where, text):
+        text = _norm(text)
+        if text and text not in out:
+            out[text] = where
+
+    cards = [(n, methods.get(n).card) for n in sorted(shipped_names())]
+    cards += [(n, methods.registry.card(n)) for n in methods.registry.literature_names()]
+    for name, c in cards:
+        for f in ("family", "summary", "samples", "learns", "reference", "critic", "status", "not_established",
+                  "confirmed"):
+            add(f"{name}.{f}", getattr(c, f, "") or "")
+        for i, item in enumerate(c.unconfirmed):
+            add(f"{name}.unconfirmed[{i}]", item)
+    for name in sorted(shipped_names()):
+        for q in methods.get(name).params:
+            add(f"{name}.params.{q.name}", q.doc)
+    for name, mc in sorted(METRICS.items()):
+        for f in ("summary", "inputs", "status", "not_established", "confirmed", "decision"):
+            add(f"{name}.{f}", getattr(mc, f) or "")
+        for i, item in enumerate(mc.unconfirmed):
+            add(f"{name}.unconfirmed[{i}]", item)
+    add("any.inputs", "rewards only")
+    add("any.roles", "none beyond the training forward")
+    return [(where, text) for text, where in out.items()]
+
+
+def missing() -> list[tuple[str, str]]:
+    """The card texts without a translation (where, English)."""
+    return [(w, t) for w, t in card_texts() if zh(t) is None]
+
+
+_LINE = re.compile(r"^(  )([a-z][a-z ]*?)(\s{2,})(.*)$")
+_PARAM = re.compile(r"^(    [A-Za-z_][A-Za-z0-9_]* = .*?  \((?:[^()]|\([^()]*\))*\) )(.*)$")
+_OFF = "(off with these parameters)"
+
+
+def card_text_zh(text: str) -> str:
+    """A printed card with its labels and prose in Chinese; names, values, code and paper
+    titles stay as they are (module doc)."""
+    out = []
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m and m.group(2) in LABELS:
+            label, value = m.group(2), m.group(4)
+            if label == "unconfirmed":
+                value = _unconfirmed(value, "zh")
+            elif label in ("needs", "role passes"):
+                value = field(value, "zh") if zh(value) is not None else value
+            elif label == "family" and "(not a training method" in value:
+                value = value.replace("metric (not a training method:", "评测指标（不是训练方法：").rstrip(")") + "）"
+            elif label in PROSE_LABELS:
+                value = field(value, "zh")
+            out.append(f"  {LABELS[label]}{' ' * max(2, 14 - 2 * len(LABELS[label]))}{value}")
+            continue
+        stripped = line.strip()
+        if stripped in LABELS and line.startswith("  ") and not line.startswith("   "):
+            out.append(f"  {LABELS[stripped]}")
+            continue
+        p = _PARAM.match(line)
+        if p:
+            out.append(p.group(1) + field(p.group(2), "zh"))
+            continue
+        out.append(line.replace(_OFF, "（在这些参数下关闭）").replace("        kernel ", "        内核 "))
+    return "\n".join(out)
