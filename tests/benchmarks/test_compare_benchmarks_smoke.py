@@ -50,9 +50,13 @@ def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l"))
     side = report["sides"]["policylab"]
     pts = side["points"]
-    assert pts[0]["seconds"] == pytest.approx(0.0, abs=0.5) and pts[0]["step"] == 0
+    # no timed bound: the base point is taken before the first step, the points follow
+    # the training clock in order, and the run stops only once its budget is spent (the
+    # loop's stopping rule; 3 s here) or the step cap is reached
+    assert pts[0]["step"] == 0
     assert len(pts) >= 2 and [p["seconds"] for p in pts] == sorted(p["seconds"] for p in pts)
-    assert side["train_seconds"] >= 3 and pts[-1]["step"] >= 1
+    assert [p["step"] for p in pts] == sorted(p["step"] for p in pts) and pts[-1]["step"] >= 1
+    assert side["train_seconds"] >= 3
     assert side["prompts_seen"] == 2 * pts[-1]["step"]  # the task's stream, 2 prompts per step
     assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab |" in (tmp_path / "l.md").read_text()
 

@@ -104,6 +104,10 @@ def test_methods_trl_cannot_host_are_refused_naming_the_missing_role(tmp_path, t
         _trainer(tmp_path, tiny_model_dir, "ppo")
     with pytest.raises(PolicylabError, match="use_bias_correction_kl=False"):
         _trainer(tmp_path, tiny_model_dir, "grpo")
+    # a TRL setting under which TRL would skip the replaced loss (its Liger path never calls
+    # _compute_loss): refused before anything trains
+    with pytest.raises(PolicylabError, match="would be ignored.*use_liger_kernel=True"):
+        _trainer(tmp_path, tiny_model_dir, "cispo", use_liger_kernel=True)
     with pytest.raises(PolicylabError, match="has no parameter `eps_hi`"):
         _trainer(tmp_path, tiny_model_dir, "cispo", {"eps_hi": 0.3})
     assert "cispo" in PT.methods() and "gmc" not in PT.methods()

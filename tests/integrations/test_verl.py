@@ -181,6 +181,30 @@ def test_every_hostable_method_equals_policylab(name):
     assert float(grad.abs().sum()) > 0  # the comparison is not between two zeros
 
 
+@pytest.mark.parametrize("name", ["grpo", "cispo"])
+def test_token_level_advantages_reach_the_loss_unchanged(name):
+    # verl hands [bs, T] advantages; when they differ along a row (a token-level
+    # estimator) each token keeps its own: the hosted loss equals policylab's loss on the
+    # same token-level advantages, and differs from the loss on the row's first value
+    b = _batch(seed=3)
+    B, T = b["mask"].shape
+    ramp = 1.0 + torch.arange(T, dtype=torch.float64) / T  # 1, 8/7, ..., 13/7 along each row
+    b["adv"] = b["adv_seq"].unsqueeze(-1) * ramp
+    assert bool((b["adv_seq"] != 0).any())
+    loss, grad = _verl(name, b, {})
+    m = get(name).with_params({"kl_coef": 0.0, "entropy_coef": 0.0}, RunShape(group_size=4))
+    for adv, same in ((b["adv"], True), (b["adv_seq"], False)):
+        logp = b["logp"].clone().requires_grad_()
+        mat, _ = policy_loss(m, tensor_inputs(logp, adv, b["mask"], logp_old=b["logp_old"]))
+        ref = agg.aggregate(mat, b["mask"], m.aggregation, normalizer=agg.normalizer(b["mask"], m.aggregation))
+        ref.backward()
+        if same:
+            torch.testing.assert_close(loss, ref.detach(), **TIGHT)
+            torch.testing.assert_close(grad, logp.grad, **TIGHT)
+        else:
+            assert not torch.allclose(grad, logp.grad, rtol=1e-3, atol=1e-6)
+
+
 def test_corrections_refuse_weights_that_are_not_the_raw_ratio():
     b = _batch()
     icepop_weights, _ = compute_rollout_correction_weights(b["logp_old"] - b["behavior"], b["mask"].double(),
