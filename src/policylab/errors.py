@@ -50,6 +50,17 @@ class RunDirError(PolicylabError):
     the current directory, it cannot be written, or it has no room for a checkpoint."""
 
 
+class RunPathError(RunDirError):
+    """A path inside a run directory that policylab will not follow or open: a symbolic
+    link (it could point at the user's own files), a special file (FIFO, device, socket:
+    opening one can block forever or reach hardware), or a name that resolves outside the
+    run. The message names the path and what it is."""
+
+
+class RunBusyError(RunDirError):
+    """Another policylab process holds the run directory's lock (one run per directory)."""
+
+
 class UntrustedImportError(PolicylabError):
     """A received run directory's config names code (a reward module) outside policylab;
     importing it would run it. Refused unless the user allows it explicitly."""
@@ -60,11 +71,18 @@ class MemoryBudgetError(PolicylabError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run; the message says at which step and how to resume."""
+    """Ctrl-C (or SIGTERM) during a run; the message says at which step, what is intact and
+    how to resume. `exit_code`: 130 for Ctrl-C, 143 for SIGTERM (128 + the signal)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, exit_code: int = 130):
         super().__init__(message)
         self.message = message
+        self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (raised by the command line's handler, so a run stops the way Ctrl-C
+    stops it: with a message saying what is intact)."""
 
 
 class PolicylabWarning(UserWarning):

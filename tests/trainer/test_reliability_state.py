@@ -176,7 +176,8 @@ def test_checkpoint_files_are_json_and_safetensors_only(tiny_model_dir, tmp_path
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
     tr.train_step()
     path = tr.save()
-    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "state.json", "state.safetensors"]
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model.safetensors", "state.json",
+                                                      "state.safetensors"]
     doc = json.loads((path / "state.json").read_text())
     assert doc["format"] == safestate.FORMAT
 

@@ -205,7 +205,7 @@ def _apply(cfg: RunConfig, key: str, value: Any) -> None:
     setattr(section, parts[1], _coerce(value, getattr(section, parts[1]), key))
 
 
-def _non_finite(tree, prefix: str = ""):
+def non_finite(tree, prefix: str = ""):
     """(key, value) of the first NaN / inf number anywhere in a config dict, or None."""
     items = tree.items() if isinstance(tree, dict) else enumerate(tree)
     for k, v in items:
@@ -213,51 +213,215 @@ def _non_finite(tree, prefix: str = ""):
         if isinstance(v, float) and not math.isfinite(v):
             return key, v
         if isinstance(v, (dict, list, tuple)):
-            found = _non_finite(v, key)
+            found = non_finite(v, key)
             if found:
                 return found
     return None
 
 
+_non_finite = non_finite  # the older private name
+
+
+INT64_MAX = 2**63 - 1
+SEED_MAX = 2**32 - 1  # numpy's seed range (the run seeds python, numpy and torch with one value)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number of a config accepts: `lo` / `hi` bounds (None: unbounded; every
+    integer is also bounded by the int64 range), each inclusive unless `lo_open` /
+    `hi_open`; `integer` refuses a non-integer; for a list-valued key every element is
+    checked and `length` fixes the number of elements. `why` says what the key means."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    length: int | None = None
+    why: str = ""
+
+    def describe(self) -> str:
+        def f(x):
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+        lo = None if self.lo is None else (f"> {f(self.lo)}" if self.lo_open else f">= {f(self.lo)}")
+        hi = None if self.hi is None else (f"< {f(self.hi)}" if self.hi_open else f"<= {f(self.hi)}")
+        if lo and hi:
+            return f"in {'(' if self.lo_open else '['}{f(self.lo)}, {f(self.hi)}{')' if self.hi_open else ']'}"
+        return lo or hi or "a number"
+
+    def problem(self, key: str, value) -> str | None:
+        """None when `value` is accepted, else the one-line reason naming `key` and `value`."""
+        what = f" ({self.why})" if self.why else ""
+        if self.length is not None or isinstance(value, (list, tuple)):
+            items = list(value) if isinstance(value, (list, tuple)) else [value]
+            if self.length is not None and len(items) != self.length:
+                return f"{key} must be {self.length} numbers{what}, got {value!r}"
+            for i, x in enumerate(items):
+                bad = self.problem_one(key, x)
+                if bad:
+                    return f"{key} = {list(items)!r}: element {i} {bad}{what}"
+            return None
+        bad = self.problem_one(key, value)
+        return f"{key} {bad}{what}" if bad else None
+
+    def problem_one(self, key: str, x) -> str | None:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return f"must be a number, got {x!r}"
+        if not math.isfinite(x):
+            return f"is {x}: every number in a config must be finite"
+        if self.integer and not (isinstance(x, int) or float(x).is_integer()):
+            return f"must be an integer, got {x!r}"
+        lo_bad = self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo)
+        hi_bad = self.hi is not None and (x >= self.hi if self.hi_open else x > self.hi)
+        if lo_bad or hi_bad:
+            return f"must be {self.describe()}, got {x!r}"
+        if self.integer and abs(int(x)) > INT64_MAX:
+            return f"is {x}, beyond the 64-bit integer range"
+        return None
+
+
+def _int(lo=0, hi=None, why=""):
+    return Range(lo=lo, hi=hi, integer=True, why=why)
+
+
+def _pos(why=""):
+    return Range(lo=0, lo_open=True, why=why)
+
+
+def _nonneg(why=""):
+    return Range(lo=0, why=why)
+
+
+# every number of a run config and its accepted values; `validate` checks them all before
+# anything else happens (tests/trainer/test_validation.py: every numeric field has a rule)
+FIELD_RULES: dict[str, Range] = {
+    "seed": _int(0, SEED_MAX, "seeds python, numpy and torch; numpy takes 0 .. 2**32-1"),
+    "threads": _int(0, 4096, "torch intra-op threads; 0 = torch's default"),
+    "rollout.prompts_per_step": _int(1), "rollout.group_size": _int(1), "rollout.max_new_tokens": _int(1),
+    "rollout.temperature": _pos("log-prob ratios need a sampling distribution"),
+    "rollout.top_p": Range(lo=0, hi=1, lo_open=True), "rollout.top_k": _int(0, why="0 = off"),
+    "rollout.engine_quant_group": _int(0, why="0 = one scale per output row"),
+    "rollout.max_refill_rounds": _int(0), "rollout.staleness": _int(0),
+    "train.steps": _int(0), "train.lr": _nonneg("AdamW learning rate"),
+    "train.weight_decay": _nonneg("AdamW weight decay"),
+    "train.betas": Range(lo=0, hi=1, hi_open=True, length=2, why="AdamW (beta1, beta2), each in [0, 1)"),
+    "train.warmup_steps": _int(0, why="linear warmup in optimizer steps"),
+    "train.grad_clip": _nonneg("0 = off"), "train.epochs": _int(1), "train.minibatches": _int(1),
+    "train.micro_batch_size": _int(1), "train.lora_rank": _int(0, why="0 = train all weights, > 0 = LoRA rank"),
+    "train.lora_alpha": _pos("LoRA scaling numerator"), "train.critic_lr": _nonneg(),
+    "train.budget_seconds": _nonneg("0 = no time budget"), "train.budget_tokens": _int(0, why="0 = no token budget"),
+    "eval.n": _int(0, why="held-out prompts; 0 = no evaluation"), "eval.samples": _int(1),
+    "eval.k": _int(1, why="pass@k budgets"), "eval.temperature": _pos("evaluation samples at this temperature"),
+    "eval.max_new_tokens": _int(1), "eval.batch_size": _int(1, why="prompts per generate call"),
+    "eval.every": _int(0, why="0 = off"),
+    "log.checkpoint_every": _int(0, why="0 = only at the end"), "log.keep_checkpoints": _int(0, why="0 = keep all"),
+    "log.plot_every": _int(0, why="0 = only at the end"),
+    "task.digits": _int(1, 18), "task.heldout_fraction": Range(lo=0, hi=1, lo_open=True, hi_open=True),
+    "task.split_seed": _int(0, SEED_MAX), "task.sandbox_cpu_seconds": _pos(), "task.sandbox_wall_seconds": _pos(),
+    "task.sandbox_memory_mb": _int(64), "task.mix": _nonneg("proportions"),
+}
+
+
+def _get(cfg, key: str):
+    node = cfg
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def check_ranges(cfg: "RunConfig") -> None:
+    """Every FIELD_RULES value of `cfg` in its range; the first one that is not is a
+    ConfigError naming the key, the value and what is accepted."""
+    for key, rule in FIELD_RULES.items():
+        bad = rule.problem(key, _get(cfg, key))
+        if bad:
+            raise ConfigError(bad)
+
+
+NAME_MAX, PATH_MAX = 255, 4096
+
+
+def check_path_value(key: str, value: str, *, what: str = "directory") -> str:
+    """A directory a config names (run_dir, a pipeline's run_dir): `~` expanded, refused when
+    empty, the filesystem root, the home directory itself, or longer than the filesystem
+    takes (a component over 255 bytes, the path over 4096). Returns the expanded path."""
+    import os
+
+    text = str(value)
+    if not text.strip():
+        raise ConfigError(f"{key} is empty: give the {what} the run writes to (e.g. --set {key}=runs/my-run)")
+    if "\0" in text:
+        raise ConfigError(f"{key} {text!r} contains a NUL byte")
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        raise ConfigError(f"{key} {text!r}: the user {expanded.split('/')[0]!r} does not exist (write the path out)")
+    p = Path(expanded)
+    resolved = p.resolve()
+    if resolved == Path(resolved.anchor):
+        raise ConfigError(f"{key} {text!r} is the filesystem root: give the run a {what} of its own "
+                          f"(e.g. --set {key}=runs/my-run)")
+    if resolved == Path.home().resolve():
+        raise ConfigError(f"{key} {text!r} is your home directory: give the run a {what} of its own "
+                          f"(e.g. {key}=~/runs/my-run)")
+    long = [c for c in p.parts if len(c.encode()) > NAME_MAX]
+    if long or len(str(resolved).encode()) > PATH_MAX:
+        what_long = (f"its component {long[0][:40]!r}... is {len(long[0].encode())} bytes (the limit is {NAME_MAX})"
+                     if long else f"it is {len(str(resolved).encode())} bytes (the limit is {PATH_MAX})")
+        raise ConfigError(f"{key} is too long for the filesystem: {what_long}")
+    return expanded
+
+
+def check_device(key: str, name: str) -> None:
+    """A torch device this install can compute on: cpu, or cuda / mps / xpu when available
+    (with an index below the device count); `meta` and unknown names refused."""
+    import torch
+
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"{key} {name!r} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "meta":
+        raise ConfigError(f"{key} 'meta' is a device without data (shapes only); training needs cpu or cuda")
+    backend = getattr(torch, dev.type, None)
+    available = bool(backend is not None and hasattr(backend, "is_available") and backend.is_available())
+    if not available:
+        build = "CPU only" if not torch.cuda.is_available() else "without it"
+        raise ConfigError(f"{key} {name!r}: this torch install ({torch.__version__}, {build}) has no usable "
+                          f"{dev.type} device; use {key}=cpu")
+    count = backend.device_count() if hasattr(backend, "device_count") else 1
+    if dev.index is not None and dev.index >= count:
+        raise ConfigError(f"{key} {name!r}: only {count} {dev.type} device(s) are visible")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
+    """Every value of `cfg` checked before any work and before anything is deleted: finite
+    numbers, FIELD_RULES ranges, the run directory (`~` expanded), the device, then the
+    rules between keys. The first problem is a ConfigError naming the key and the value."""
     r, t, e = cfg.rollout, cfg.train, cfg.eval
-    bad = _non_finite(cfg.to_dict())
+    bad = non_finite(cfg.to_dict())
     if bad:
         raise ConfigError(f"`{bad[0]}` is {bad[1]}: every number in a config must be finite")
     from policylab.methods.registry import refuse_literature
 
     refuse_literature(cfg.method)  # a literature-only card: refused before any run directory or log exists
-    if not str(cfg.run_dir).strip():
-        raise ConfigError("run_dir is empty: give the directory the run writes to (e.g. --set run_dir=runs/my-run)")
+    check_ranges(cfg)
+    cfg.run_dir = check_path_value("run_dir", cfg.run_dir)
+    check_device("train.device", t.device)
     checks = [
-        (r.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1"),
-        (r.group_size >= 1, "rollout.group_size must be >= 1"),
-        (r.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
-        (r.temperature > 0, "rollout.temperature must be > 0 (log-prob ratios need a sampling distribution)"),
-        (0 < r.top_p <= 1, "rollout.top_p must be in (0, 1]"),
-        (r.top_k >= 0, "rollout.top_k must be >= 0"),
         (r.engine in ("auto", "fast", "hf"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf"),
         (r.engine_dtype in ENGINE_DTYPES, f"rollout.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}"),
-        (r.engine_quant_group >= 0, "rollout.engine_quant_group must be >= 0 (0 = one scale per output row)"),
-        (r.staleness >= 0, "rollout.staleness must be >= 0"),
-        (t.steps >= 0, "train.steps must be >= 0"),
-        (t.lr >= 0, "train.lr must be >= 0"),
-        (t.epochs >= 1 and t.minibatches >= 1, "train.epochs and train.minibatches must be >= 1"),
-        (t.micro_batch_size >= 1, "train.micro_batch_size must be >= 1"),
         (t.dtype in ("fp32", "bf16", "fp64"), "train.dtype must be fp32, bf16 or fp64"),
-        (_valid_device(t.device), f"train.device {t.device!r} is not a torch device (e.g. cpu, cuda, cuda:1)"),
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
-        (t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 = off)"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
         (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
         (isinstance(cfg.task.dataset_config, dict), "task.dataset_config must be a mapping of the dataset's config keys"),
-        (0 < cfg.task.heldout_fraction < 1, "task.heldout_fraction must be in (0, 1)"),
         (cfg.task.class_mapper in ("exact", "single_mention"),
          f"task.class_mapper {cfg.task.class_mapper!r} is not one of exact, single_mention"),
-        (t.budget_seconds >= 0 and t.budget_tokens >= 0, "train.budget_seconds and train.budget_tokens must be >= 0"),
         (not (t.budget_seconds and t.budget_tokens), "give train.budget_seconds or train.budget_tokens, not both"),
-        (cfg.task.sandbox_cpu_seconds > 0 and cfg.task.sandbox_wall_seconds > 0 and cfg.task.sandbox_memory_mb >= 64,
-         "task.sandbox_cpu_seconds and task.sandbox_wall_seconds must be > 0, task.sandbox_memory_mb >= 64"),
     ]
     if cfg.task.name == "mixture":
         checks += _mixture_checks(cfg.task)
@@ -283,16 +447,6 @@ def _mixture_checks(task: TaskConfig) -> list[tuple[bool, str]]:
         (numbers and all(x >= 0 for x in m) and sum(m) > 0, f"task.mix {list(m)}: proportions must be >= 0 with a "
                                                             "positive sum"),
     ]
-
-
-def _valid_device(name: str) -> bool:
-    import torch
-
-    try:
-        torch.device(name)
-    except (RuntimeError, TypeError):
-        return False
-    return True
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:

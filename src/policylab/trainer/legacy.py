@@ -12,7 +12,8 @@ import torch
 
 from policylab.errors import CheckpointError
 from policylab.trainer import safestate
-from policylab.trainer.checkpoint import LEGACY_STATE, TRUST_FLAG, list_checkpoints
+from policylab.trainer.checkpoint import LEGACY_STATE, MANIFEST_NAME, TRUST_FLAG, checkpoint_step, list_checkpoints, \
+    write_manifest
 
 
 def convert_legacy(run_dir: Path, *, trust: bool) -> list[Path]:
@@ -45,5 +46,20 @@ def convert_legacy(run_dir: Path, *, trust: bool) -> list[Path]:
             os.replace(tmp / safestate.JSON_NAME, p / safestate.JSON_NAME)  # last: marks the step converted
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        _rewrite_manifest(p)
         done.append(p)
     return done
+
+
+def _rewrite_manifest(p: Path) -> None:
+    """The converted checkpoint's manifest, over its files as they are now (the user
+    trusted them); the config it records, if any, is kept."""
+    import json
+
+    config = None
+    try:
+        old = json.loads((p / MANIFEST_NAME).read_text())
+        config = old.get("config") if isinstance(old, dict) else None
+    except (OSError, ValueError):
+        pass
+    write_manifest(p, checkpoint_step(p), config)

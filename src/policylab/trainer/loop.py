@@ -322,7 +322,10 @@ class Trainer:
         return self.backends.modules()
 
     def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step, self.models(), self.state(), keep=self.cfg.log.keep_checkpoints)
+        from policylab.trainer.resume import identity_config
+
+        return save_checkpoint(self.run_dir, self.step, self.models(), self.state(), keep=self.cfg.log.keep_checkpoints,
+                               config=identity_config(self.cfg))
 
     def restore(self) -> bool:
         path = latest_checkpoint(self.run_dir)

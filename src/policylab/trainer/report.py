@@ -57,10 +57,17 @@ def _allocator_line() -> str:
 
 
 def read_report(path: Path) -> dict:
-    if not path.exists():
+    """report.json of a run ({} when there is none; a damaged one is warned about). A link
+    or a special file in its place is refused (policylab.trainer.run_paths)."""
+    import os
+
+    from policylab.trainer.run_paths import guard, read_bytes
+
+    path = guard(Path(path).parent, Path(path).name)
+    if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bytes(path).decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         import warnings
 
@@ -73,9 +80,11 @@ def read_report(path: Path) -> dict:
 
 
 def write_report(path: Path, report: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(path)
+    """report.json replaced as a whole (a temporary file renamed over it: a link in its
+    place is replaced, never written through)."""
+    from policylab.trainer.run_paths import guard, replace_file
+
+    replace_file(guard(Path(path).parent, Path(path).name), json.dumps(report, indent=2))
 
 
 def evaluate_and_print(trainer: Trainer, label: str, console) -> dict:

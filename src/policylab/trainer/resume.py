@@ -46,6 +46,18 @@ def resume_changes(cfg: RunConfig, overrides) -> tuple[RunConfig, dict]:
     return new, changed
 
 
+def identity_config(cfg: RunConfig) -> dict:
+    """The settings a checkpoint's weights depend on: the flattened config without the keys
+    a resume may change (RESUME_CHANGEABLE) and without run_dir (a run may be moved).
+    Recorded in every checkpoint's manifest; a resume whose config.yaml differs in any of
+    them is refused (`checkpoint.verify_manifest`)."""
+    def changeable(key: str) -> bool:
+        return key == "run_dir" or any(key == a or (a.endswith(".*") and key.startswith(a[:-1]))
+                                       for a in RESUME_CHANGEABLE)
+
+    return {k: v for k, v in _flatten(cfg.to_dict()).items() if not changeable(k)}
+
+
 def _flatten(tree: dict, prefix: str = "") -> dict:
     """{"train.steps": 20, "method_params.kl_coef": 0.0, ...} of a nested config dict."""
     out = {}

@@ -9,14 +9,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from policylab.trainer.checkpoint import checkpoint_from, damaged, latest_checkpoint, load_checkpoint, verify_checkpoint
-from policylab.errors import CheckpointError, ConfigError, NonFiniteError, RunInterrupted
+from policylab.trainer.checkpoint import checkpoint_from, damaged, latest_checkpoint, load_checkpoint, verify_checkpoint, \
+    verify_manifest
+from policylab.errors import CheckpointError, ConfigError, NonFiniteError, RunInterrupted, Terminated
 from policylab.trainer.config import RunConfig
 from policylab.trainer.loop import Trainer
 from policylab.trainer.memory import check_eval
 from policylab.trainer.report import evaluate_and_print, make_console, print_note, print_report, read_report, summary, \
     write_report
 from policylab.trainer.run_dir import check_new_run_dir, checkpoint_bytes, clean_stray, preflight, remove_previous
+from policylab.trainer.run_paths import RunLock, check_run_tree, stale_note
 from policylab.trainer.runlog import RunLog, write_plots
 from policylab.trainer.support import save_config
 
@@ -106,12 +108,16 @@ def continue_run(cfg: RunConfig, *, from_checkpoint: str | None = None, changes:
     """Continue the run in cfg.run_dir from its latest checkpoint (or `from_checkpoint`, e.g.
     "step_000004"), verified before anything else happens; `changes` are the settings a
     resume changed, {key: (recorded, new)} (recorded in config.yaml and the report)."""
+    from policylab.trainer.resume import identity_config
+
     run_dir = Path(cfg.run_dir)
+    check_run_tree(run_dir)  # no link out of the run, no FIFO / device / socket, before anything is opened
     ckpt = checkpoint_from(run_dir, from_checkpoint) if from_checkpoint else latest_checkpoint(run_dir)
     if ckpt is None:
         raise ConfigError(f"{run_dir} has no complete checkpoint to resume from")
     try:
         verify_checkpoint(ckpt, ("model",))
+        verify_manifest(ckpt, identity_config(cfg))
     except CheckpointError as exc:
         raise damaged(run_dir, ckpt, str(exc)) from None
     return _run(cfg, _Start(resume=True, checkpoint=ckpt, changes=dict(changes or {})), console, on_step)
@@ -180,10 +186,32 @@ def _finish(trainer: Trainer, report: dict, log: RunLog, start: _Start, resumed_
 def _run(cfg: RunConfig, start: _Start, console, on_step) -> dict:
     console = console or make_console()
     run_dir = Path(cfg.run_dir)
-    trainer = _build(cfg, start, console)
-    report_path = run_dir / "report.json"
-    report = read_report(report_path) if start.resume else {}
-    log = RunLog(run_dir, tensorboard=cfg.log.tensorboard)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(run_dir).acquire()  # one run per directory, before anything in it is changed
+    try:
+        if lock.stale:
+            print_note(stale_note(run_dir, lock.stale))
+        with _sigterm_stops_the_run():
+            return _run_locked(cfg, start, console, on_step)
+    finally:
+        lock.release()
+
+
+def _run_locked(cfg: RunConfig, start: _Start, console, on_step) -> dict:
+    run_dir = Path(cfg.run_dir)
+    trainer = None
+    try:
+        trainer = _build(cfg, start, console)
+        report_path = run_dir / "report.json"
+        report = read_report(report_path) if start.resume else {}
+        log = RunLog(run_dir, tensorboard=cfg.log.tensorboard)
+    except OSError as exc:
+        if _disk_full(exc):
+            raise _disk_full_error(run_dir, exc, "before step 1") from None
+        raise
+    except KeyboardInterrupt as exc:
+        code = 143 if isinstance(exc, Terminated) else 130
+        raise RunInterrupted(f"{_signal_name(exc)} before the run started; nothing was trained", code) from None
     try:
         resumed_at = trainer.step
         _open(trainer, log, start, console)
@@ -195,21 +223,72 @@ def _run(cfg: RunConfig, start: _Start, console, on_step) -> dict:
         _finish(trainer, report, log, start, resumed_at, console)
         write_report(report_path, report)
         write_plots(run_dir)
-    except KeyboardInterrupt:
-        raise RunInterrupted(_interrupted(trainer, run_dir)) from None
+    except KeyboardInterrupt as exc:
+        code = 143 if isinstance(exc, Terminated) else 130
+        raise RunInterrupted(_interrupted(trainer, run_dir, _signal_name(exc)), code) from None
+    except OSError as exc:
+        if _disk_full(exc):
+            raise _disk_full_error(run_dir, exc, f"after step {trainer.step}") from None
+        raise
     finally:
         log.close()
     print_report(report, console, run_dir)
     return report
 
 
-def _interrupted(trainer: Trainer, run_dir: Path) -> str:
+def _signal_name(exc: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+class _sigterm_stops_the_run:
+    """While a run is in progress, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the
+    main thread, so the run stops the way Ctrl-C stops it: the message says the step, the
+    last intact checkpoint and how to resume. Outside the main thread nothing changes."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            def handler(signum, frame):
+                raise Terminated("SIGTERM")
+
+            self.previous = signal.signal(signal.SIGTERM, handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full_error(run_dir: Path, exc: OSError, when: str) -> CheckpointError:
+    """A full disk outside a checkpoint write (metrics.jsonl, a plot, report.json ...): the
+    path that could not be written and the checkpoint that is intact."""
+    from policylab.trainer.checkpoint import latest_name_or_none
+
+    last = latest_name_or_none(run_dir)
+    where = exc.filename or "a file of the run directory"
+    intact = (f"the last checkpoint, {last}, is intact (LATEST unchanged); free some space, then "
+              f"`policylab resume {run_dir}`") if last else "no checkpoint was written yet"
+    return CheckpointError(f"no space left on device while writing {where} ({when}); {intact}")
+
+
+def _interrupted(trainer: Trainer, run_dir: Path, how: str = "interrupted") -> str:
     from policylab.trainer.checkpoint import latest_name_or_none
 
     done, total = trainer.step, trainer.cfg.train.steps
     last = latest_name_or_none(run_dir)
-    at = f"interrupted at step {min(done + 1, total)} of {total} ({done} done)" if done < total else \
-        f"interrupted after all {total} steps (during the final checkpoint or evaluation)"
+    at = f"{how} at step {min(done + 1, total)} of {total} ({done} done)" if done < total else \
+        f"{how} after all {total} steps (during the final checkpoint or evaluation)"
     if last is None:
         return (f"{at}; no checkpoint was written yet, so there is nothing to resume: train again with "
                 f"--overwrite (or set log.checkpoint_every to checkpoint as the run goes)")

@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 
 from policylab.errors import PolicylabWarning
+from policylab.trainer.run_paths import guard, guard_dir, open_file, read_bytes, replace_file
 
 PLOTS = {
     "reward.png": [("reward/mean", "reward (mean)"), ("accuracy", "accuracy (train samples)"), ("eval/accuracy", "accuracy (held-out)")],
@@ -51,25 +52,32 @@ class RunLog:
     def __init__(self, run_dir: Path, *, tensorboard: bool = True):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / "metrics.jsonl"
+        self.path = guard(self.run_dir, "metrics.jsonl")  # a link or a FIFO is refused, not followed or waited on
+        guard(self.run_dir, "metrics.jsonl.partial")
         repair_cut_line(self.path)
-        self._fh = open(self.path, "a", buffering=1)
+        self._fh = open_file(self.path, "a", buffering=1)
         self._tb = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+                self._tb = SummaryWriter(str(guard_dir(self.run_dir, "tensorboard")))
             except ImportError:  # tensorboard is an optional extra
                 self._tb = None
 
+    def _write(self, line: str) -> None:
+        try:
+            self._fh.write(line)
+        except OSError as exc:  # e.g. a full disk: say which file
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
+
     def event(self, **record) -> None:
         """A non-step record (run start, resume, evaluation summary)."""
-        self._fh.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+        self._write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
 
     def log(self, step: int, metrics: dict) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self._fh.write(json.dumps(row) + "\n")
+        self._write(json.dumps(row) + "\n")
         if self._tb is not None:
             for k, v in row.items():
                 if isinstance(v, (int, float)) and k != "step":
@@ -77,7 +85,10 @@ class RunLog:
             self._tb.flush()
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError:  # the last buffered line could not be written (reported where it failed)
+            pass
         if self._tb is not None:
             self._tb.close()
 
@@ -87,9 +98,12 @@ def repair_cut_line(path: Path) -> str | None:
     `<path>.partial` and truncate `path` after its last complete line. Returns the cut text
     (None when the file ends cleanly or does not exist)."""
     path = Path(path)
-    if not path.is_file() or path.stat().st_size == 0:
+    if not os.path.lexists(path):
         return None
-    with open(path, "rb") as fh:
+    with open_file(path, "rb") as fh:  # a link or a special file is refused
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return None
         fh.seek(-1, os.SEEK_END)
         if fh.read(1) == b"\n":
             return None
@@ -97,11 +111,11 @@ def repair_cut_line(path: Path) -> str | None:
         data = fh.read()
     cut_at = data.rfind(b"\n") + 1
     fragment = data[cut_at:]
-    with open(path.with_name(path.name + ".partial"), "ab") as side:
+    with open_file(path.with_name(path.name + ".partial"), "ab") as side:
         side.write(fragment + b"\n")
         side.flush()
         os.fsync(side.fileno())
-    with open(path, "r+b") as fh:
+    with open_file(path, "r+b") as fh:
         fh.truncate(cut_at)
         fh.flush()
         os.fsync(fh.fileno())
@@ -115,7 +129,7 @@ def read_records(path: Path) -> list[dict]:
     """Every JSON object of a metrics.jsonl; a line that is not valid JSON (a cut last line
     of a killed run) is skipped with a warning naming the file and the line."""
     out, bad = [], []
-    raw = Path(path).read_bytes()
+    raw = read_bytes(path)  # a link or a FIFO is refused, never followed or waited on
     lines = raw.split(b"\n")
     for i, line in enumerate(lines, start=1):
         if not line.strip():
@@ -154,7 +168,7 @@ def write_plots(run_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(run_dir) / "metrics.jsonl"
+    path = guard(run_dir, "metrics.jsonl")
     records = read_records(path) if path.is_file() else []
     rows = read_metrics(path, records)
     out = []
@@ -163,8 +177,7 @@ def write_plots(run_dir: Path) -> list[Path]:
     # base / final held-out evaluations are events, placed at the step they describe
     evals = [{**rec, "step": rec["at_step"]} for rec in records
              if rec.get("event") == "eval" and isinstance(rec.get("at_step"), int)]
-    plot_dir = Path(run_dir) / "plots"
-    plot_dir.mkdir(exist_ok=True)
+    plot_dir = guard_dir(run_dir, "plots")
     keys = sorted({k for r in rows for k in r})
     split = {fname: [(k, k) for k in keys if k.startswith(prefixes)] for fname, prefixes in SPLIT_PLOTS.items()}
     for fname, series in {**PLOTS, **split}.items():
@@ -182,7 +195,7 @@ def write_plots(run_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
             fig.tight_layout()
-            fig.savefig(plot_dir / fname, dpi=100)
+            replace_file(plot_dir / fname, write=lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
             out.append(plot_dir / fname)
         plt.close(fig)
     return out

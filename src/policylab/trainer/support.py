@@ -35,19 +35,21 @@ def set_rng_state(state: dict) -> None:
 
 def save_config(cfg: RunConfig, run_dir: Path) -> None:
     """Write run_dir/config.yaml atomically (a temporary file renamed into place)."""
+    from policylab.trainer.run_paths import guard, replace_file
+
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / ".config.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    tmp.replace(run_dir / "config.yaml")
+    replace_file(guard(run_dir, "config.yaml"), yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
     from policylab.trainer.config import read_yaml
 
-    p = Path(run_dir) / "config.yaml"
+    from policylab.trainer.run_paths import guard
+
     if not Path(run_dir).is_dir():
         raise ConfigError(f"{run_dir} is not a directory: give the run directory a policylab run wrote")
+    p = guard(run_dir, "config.yaml")  # a link or a special file is refused, not read
     if not p.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml: is it a policylab run directory?")
     data = read_yaml(p)
