@@ -53,9 +53,20 @@ def build_engine(model, tokenizer, rollout):
     "auto" (FastEngine when it supports the model, else HFEngine). engine_dtype "bf16":
     FastEngine keeps a bf16 weight copy (re-synced when the weights change), HFEngine
     runs under bf16 autocast; either way a behavior engine that differs from training.
-    engine_dtype "int8" / "int4": FastEngine with a weight-quantized copy (FastEngine only)."""
+    engine_dtype "int8" / "int4": FastEngine with a weight-quantized copy (FastEngine only).
+    "fast-bf16" (the fast mode, `backends.fast_mode`): FastEngine with a bf16 copy, only on
+    a CPU with native bf16 (`engines.cpu.fast_dtype` refuses elsewhere)."""
     from policylab.engines.fast import FastEngine, UnsupportedModel
     from policylab.engines.hf import HFEngine
+
+    if rollout.engine == "fast-bf16":
+        from policylab.engines.cpu import fast_dtype
+
+        dtype = fast_dtype()  # refuses a host without native bf16, naming its flags
+        try:
+            return FastEngine(model, tokenizer, dtype=dtype, engine_name="fast-bf16")
+        except UnsupportedModel as exc:
+            raise ConfigError(f"rollout.engine=fast-bf16: {exc}") from exc
 
     bf16 = rollout.engine_dtype == "bf16"
     quant = rollout.engine_dtype if rollout.engine_dtype in ("int8", "int4") else None

@@ -31,7 +31,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampler temperature; logprobs use the same transform
     top_p: float = 1.0  # nucleus sampling; 1.0 = off
     top_k: int = 0  # top-k sampling; 0 = off
-    engine: str = "auto"  # auto (fast when the model is Llama-architecture, else hf) | fast (own decode loop) | hf (HF generate)
+    engine: str = "auto"  # auto (fast when the model is Llama-architecture, else hf) | fast (own decode loop) | hf (HF generate) | fast-bf16 (the fast mode: bf16 sampler + TIS correction, policylab.backends.fast_mode)
     engine_dtype: str = "fp32"  # fp32 | bf16 | int8 | int4: anything but fp32 makes the behavior engine differ from training (real mismatch); int8 / int4 sample from weight-quantized copies (FastEngine)
     engine_quant_group: int = 32  # int8 / int4 engines: input weights sharing one scale per output row (0 = one scale per row)
     max_refill_rounds: int = 4  # dynamic sampling: extra generation rounds before training a smaller batch
@@ -412,7 +412,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     cfg.run_dir = check_path_value("run_dir", cfg.run_dir)
     check_device("train.device", t.device)
     checks = [
-        (r.engine in ("auto", "fast", "hf"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf"),
+        (r.engine in ("auto", "fast", "hf", "fast-bf16"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf, "
+                                                          "fast-bf16"),
         (r.engine_dtype in ENGINE_DTYPES, f"rollout.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}"),
         (t.dtype in ("fp32", "bf16", "fp64"), "train.dtype must be fp32, bf16 or fp64"),
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
@@ -428,6 +429,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+    if r.engine == "fast-bf16":  # the fast mode samples in bf16: every reader of engine_dtype sees a bf16 engine
+        if r.engine_dtype not in ("fp32", "bf16"):
+            raise ConfigError(f"rollout.engine=fast-bf16 is a bf16 engine; rollout.engine_dtype={r.engine_dtype} "
+                              "contradicts it (leave engine_dtype unset, or use rollout.engine=fast)")
+        r.engine_dtype = "bf16"
     total = r.prompts_per_step * r.group_size
     if total % t.minibatches:
         raise ConfigError(f"a rollout batch of {total} sequences does not split into train.minibatches={t.minibatches}")

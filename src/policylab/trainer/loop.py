@@ -23,6 +23,7 @@ import torch
 from policylab import methods
 from policylab.backends import require_capabilities
 from policylab.backends.build import build_local
+from policylab.backends.fast_mode import pair_correction
 from policylab.backends.update import StepHooks
 from policylab.batch import RolloutBatch
 from policylab.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -63,14 +64,15 @@ class Trainer:
         self.cfg = cfg
         self.console = console
         self.run_dir = Path(cfg.run_dir)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        runtime.configure_threads(cfg.threads)  # cfg.threads, else POLICYLAB_THREADS, else the available cores
         if cfg.keep_freed_memory:
             runtime.keep_freed_memory()
         runtime.reset_peak_memory()  # sys/peak_rss_mb: this run's peak, not the process's so far
         seed_everything(cfg.seed)
         self.shape = run_shape(cfg)
-        self.method = methods.get(cfg.method).with_params(cfg.method_params, self.shape)
+        # the fast mode (rollout.engine=fast-bf16) pairs the method with an engine-mismatch correction
+        self.method = pair_correction(methods.get(cfg.method), cfg.rollout.engine).with_params(cfg.method_params,
+                                                                                               self.shape)
         self.device = torch.device(cfg.train.device)
         self.controllers = self.method.state_objects(cfg.seed)
         self.backends = (backends or _local_backends)(self.method, self.controllers, self)

@@ -1,4 +1,5 @@
-"""Process-wide settings the trainer applies at start-up (opt out in the run config).
+"""Process-wide settings the trainer applies at start-up (opt out in the run config):
+the allocator (`keep_freed_memory`) and the number of compute threads (`configure_threads`).
 
 `keep_freed_memory()`: with its default settings, glibc's malloc hands a large block
 back to the operating system when it is freed (blocks above a dynamic threshold of at
@@ -28,7 +29,13 @@ tcmalloc preloaded with LD_PRELOAD achieve the same and make this call irrelevan
 from __future__ import annotations
 
 import ctypes
+import math
+import os
 import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from policylab.errors import ConfigError
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -113,3 +120,204 @@ def memory_mb() -> dict[str, float]:
     except OSError:
         pass
     return out
+
+
+# ------------------------------------------------------------------------------ threads
+#
+# Intra-op threads (torch.set_num_threads) meet at a barrier after every parallel
+# operation: a decode step of a 30-layer model is hundreds of them. With more threads than
+# the cores the process may actually run on (its CPU affinity, or a cgroup CPU quota that
+# throttles it), one thread of every barrier waits for a sibling that is not running, and
+# OpenMP's default wait policy spins at the barrier first, burning the very time slice
+# the sibling needs. That is how a step that takes 4 s alone took 70-140 s with ~10 other
+# runnable processes on 2 cores. Two levers:
+#
+# * the thread count: never more than the cores available to the process, read from
+#   os.sched_getaffinity and the cgroup's CPU quota (`available_cores`), so that a
+#   container limited to 1.5 CPUs on a 64-core host runs 1 thread, not 64;
+# * the wait policy: OMP_WAIT_POLICY=PASSIVE makes a waiting thread sleep instead of
+#   spinning (GOMP_SPINCOUNT bounds the spin of GNU OpenMP). OpenMP reads both when the
+#   library loads, i.e. at `import torch`: they can only be set in the environment of the
+#   process before it starts (`thread_env` builds that environment; the benchmark
+#   benchmarks/busy_machine.py measures both policies). The trainer reports the policy in
+#   force (`wait_policy`).
+#
+# Override: the run config's `threads: N` (N > 0) sets the count; else the environment
+# variable POLICYLAB_THREADS=N; else an OMP_NUM_THREADS the user exported (torch's own
+# setting, left alone); else the available cores.
+
+THREADS_ENV = "POLICYLAB_THREADS"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
+class CoreBudget:
+    """The cores this process may compute on: `affinity` (CPUs it may be scheduled on),
+    `quota` (cgroup CPU bandwidth in cores, None when unlimited or unknown) and `cores` =
+    min(affinity, floor(quota)), at least 1. A fractional quota is rounded down: 2 threads
+    under a 1.5-core quota are throttled every period."""
+
+    affinity: int
+    quota: float | None
+    cores: int
+
+    def describe(self) -> str:
+        q = "no cgroup CPU quota" if self.quota is None else f"cgroup quota {self.quota:g} cores"
+        return f"{self.cores} available (affinity {self.affinity} CPUs, {q})"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_quota(root: str | Path = CGROUP_ROOT, proc_cgroup: str | Path = "/proc/self/cgroup") -> float | None:
+    """The tightest CPU bandwidth limit (in cores) on this process's cgroup and its
+    ancestors, or None when there is none (or it cannot be read).
+
+    cgroup v2: `cpu.max` = "QUOTA PERIOD" (or "max PERIOD": unlimited) in the unified
+    hierarchy, at the path of the "0::" line of /proc/self/cgroup. cgroup v1: the `cpu`
+    controller's cpu.cfs_quota_us / cpu.cfs_period_us (quota -1: unlimited)."""
+    root = Path(root)
+    lines = (_read(Path(proc_cgroup)) or "").splitlines()
+    limits: list[float] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        rel = rel.lstrip("/")
+        if controllers == "":  # v2
+            base = root / "unified" if (root / "unified" / "cgroup.controllers").exists() else root
+            d = base / rel if rel else base
+            while True:
+                raw = _read(d / "cpu.max")
+                if raw:
+                    q, _, per = raw.partition(" ")
+                    if q != "max" and per:
+                        try:
+                            limits.append(int(q) / int(per))
+                        except ValueError:
+                            pass
+                if d == base or base not in d.parents:
+                    break
+                d = d.parent
+        elif "cpu" in controllers.split(","):  # v1
+            for name in (controllers, "cpu", "cpu,cpuacct"):
+                d0 = root / name
+                if not d0.is_dir():
+                    continue
+                d = d0 / rel if rel else d0
+                while True:
+                    q, per = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+                    try:
+                        if q is not None and per is not None and int(q) > 0 and int(per) > 0:
+                            limits.append(int(q) / int(per))
+                    except ValueError:
+                        pass
+                    if d == d0 or d0 not in d.parents:
+                        break
+                    d = d.parent
+                break
+    return min(limits) if limits else None
+
+
+def available_cores(affinity: int | None = None, quota: float | None | str = "read") -> CoreBudget:
+    """The `CoreBudget` of this process (both inputs can be given, for tests)."""
+    if affinity is None:
+        try:
+            affinity = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            affinity = os.cpu_count() or 1
+    if quota == "read":
+        quota = cgroup_quota()
+    cores = affinity if quota is None else min(affinity, max(1, math.floor(quota + 1e-9)))
+    return CoreBudget(affinity=int(affinity), quota=quota, cores=max(1, int(cores)))
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int | None  # the count set (None: torch's own, from OMP_NUM_THREADS)
+    reason: str
+
+
+def choose_threads(requested: int = 0, *, env=None, budget: CoreBudget | None = None) -> ThreadChoice:
+    """The intra-op thread count and why, by precedence: `requested` > 0 (the config's
+    `threads`); POLICYLAB_THREADS; an exported OMP_NUM_THREADS (left to torch: threads
+    None); the available cores (`available_cores`). A count above the available cores is
+    kept when asked for explicitly, and the reason says it oversubscribes."""
+    env = os.environ if env is None else env
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
+        raise ConfigError(f"threads must be an int >= 0 (0 = chosen from the available cores), got {requested!r}")
+    budget = budget or available_cores()
+
+    def over(n: int) -> str:
+        return f" (more than the {budget.cores} available cores: threads will wait for each other)" \
+            if n > budget.cores else ""
+
+    if requested > 0:
+        return ThreadChoice(requested, f"{requested} (config `threads`){over(requested)}")
+    raw = env.get(THREADS_ENV, "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigError(f"{THREADS_ENV}={raw!r}: must be an integer >= 1")
+        return ThreadChoice(n, f"{n} ({THREADS_ENV}){over(n)}")
+    if env.get("OMP_NUM_THREADS", "").strip():
+        return ThreadChoice(None, f"torch's own from OMP_NUM_THREADS={env['OMP_NUM_THREADS'].strip()}")
+    return ThreadChoice(budget.cores, f"{budget.cores}: {budget.describe()}")
+
+
+_threads: ThreadChoice | None = None
+
+
+def configure_threads(requested: int = 0) -> ThreadChoice:
+    """Apply `choose_threads(requested)` (torch.set_num_threads) and remember it for the
+    run's summary (`thread_choice`)."""
+    import torch
+
+    global _threads
+    choice = choose_threads(requested)
+    if choice.threads is not None:
+        torch.set_num_threads(choice.threads)
+    _threads = choice
+    return choice
+
+
+def thread_choice() -> ThreadChoice | None:
+    """What `configure_threads` chose in this process (None: never called)."""
+    return _threads
+
+
+def wait_policy(env=None) -> str:
+    """The OpenMP wait policy in force, from the environment the process started with:
+    "passive" / "active" (OMP_WAIT_POLICY), else "spin N" (GOMP_SPINCOUNT), else
+    "default (spins before sleeping)"."""
+    env = os.environ if env is None else env
+    pol = env.get("OMP_WAIT_POLICY", "").strip().lower()
+    if pol in ("passive", "active"):
+        return pol
+    spin = env.get("GOMP_SPINCOUNT", "").strip()
+    if spin:
+        return f"spin {spin}"
+    return "default (spins before sleeping)"
+
+
+def thread_env(threads: int | None, *, passive: bool, base=None) -> dict[str, str]:
+    """The environment for a child process with `threads` compute threads (None: leave
+    the count to the child) and, with `passive`, OMP_WAIT_POLICY=PASSIVE (waiting threads
+    sleep: what a shared machine needs; it must be in the environment before the child
+    imports torch)."""
+    env = dict(os.environ if base is None else base)
+    for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        env.pop(k, None)
+    if threads is not None:
+        env[THREADS_ENV] = env["OMP_NUM_THREADS"] = str(int(threads))
+    if passive:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env

@@ -1,0 +1,100 @@
+"""The fast sampling mode, one setting: `rollout.engine: fast-bf16`.
+
+What the setting does, and only this:
+
+* **Sampling**: FastEngine on a bf16 copy of the weights (rebuilt from the fp32 weights
+  at every call), on hosts whose CPU multiplies bf16 natively (`engines.cpu.fast_dtype`:
+  AVX-512 BF16 or AMX; refused elsewhere, where bf16 is emulated through fp32 and
+  gains nothing). The engine records its own log-probs as the behavior μ
+  (`logp_behavior`, engine "fast-bf16"), so the batch says truthfully who sampled it.
+* **Correction by default**: a method without a correction stage of its own is paired
+  with truncated importance sampling on the engine ratio k = π_old/μ (`pair_correction`): each token's host loss is
+  multiplied by sg(min(k, C)), C = `tis_cap` (2.0, configurable as a method parameter),
+  π_old being the fp32 trainer's log-prob at the sampling weights (the trainer's old
+  pass; an engine that differs from the trainer always gets one). A method with a
+  correction stage of its own (tis, icepop, mis, gmc, sis, ...) keeps it; a method whose
+  tokens do not all come from the on-policy rollout source is refused.
+* **Training** is unchanged: fp32 master weights, the forward in `train.dtype` (fp32 by
+  default; `train.dtype: bf16` is bf16 autocast, a separate choice), log-softmax and every
+  ratio in fp32 (conventions rule 13).
+
+Why TIS and not IcePop. At the mismatch this engine produces on the embedded model
+(benchmarks/results/offpolicy.md: engine ratios within [0.63, 1.42] over a run, mean
+|Δlog p| ≈ 0.05) both are nearly inert: TIS caps 0.03% of tokens at C = 2, IcePop's
+band [0.5, 5] zeros 0.07%. TIS keeps every token's gradient (a zeroed token is signal
+thrown away, and the normalizer still counts it) and reweights each one toward the
+trainer's distribution, which is the fix its authors propose for exactly this pairing
+(a fast inference engine sampling for an exact trainer: "Your Efficient RL Framework
+Secretly Brings You Off-Policy RL Training", Yao, Liu et al.). IcePop's hard band is
+built for the rare, large engine ratios of MoE routing mismatches (Ring-1T, arXiv
+2510.18855), which a dense 135M model in bf16 does not produce. A bf16 mismatch that grew
+large would show in `correction/tis/frac_capped` (logged every step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from policylab.errors import ConfigError
+from policylab.methods.spec import Method, Param, positive
+
+__all__ = ["FAST_ENGINES", "CORRECTION_WHY", "engine_corrections", "pair_correction"]
+
+FAST_ENGINES = ("fast-bf16",)
+
+CORRECTION_WHY = ("fast-bf16 samples with another engine than the fp32 trainer; TIS keeps every token and reweights "
+                  "it by the truncated engine ratio (at this engine's measured mismatch, ratios in [0.63, 1.42], "
+                  "IcePop's band would only discard tokens)")
+
+_TIS_CAP = Param("tis_cap", float, 2.0, "fast mode: truncation C of the engine ratio π_old/μ (upper only)",
+                 check=positive)
+
+
+def engine_corrections(method: Method) -> list[str]:
+    """Names of the method's own correction stages (engine ratio, staleness, off-policy
+    tokens: every one of them weighs tokens by how the behavior relates to the learner),
+    which the fast mode keeps instead of adding TIS on top of them."""
+    return [s.name for s in method.corrections]
+
+
+def _header(p) -> tuple[str, str]:
+    return ("mismatch", f"TIS x sg(min(π_old/μ, {p.tis_cap:g})) on every token (fast mode, default): {CORRECTION_WHY}")
+
+
+def _own_header(names: list[str]):
+    def line(p) -> tuple[str, str]:
+        return ("mismatch", f"the method's own engine-ratio correction ({', '.join(names)}); fast-bf16 samples with "
+                            "another engine than the fp32 trainer")
+    return line
+
+
+def pair_correction(method: Method, engine: str) -> Method:
+    """The method to train with under `rollout.engine = engine`: unchanged for every
+    engine but the fast mode's; under "fast-bf16" the method with TIS on the engine ratio
+    added as its last correction stage (see the module doc), its card and start-up summary
+    saying so. Refused for a method whose samples do not come from the on-policy engine
+    source (its tokens are not the fast engine's alone)."""
+    if engine not in FAST_ENGINES:
+        return method
+    from policylab.methods.stages import losses, sources
+
+    if method.source not in (sources.ON_POLICY, sources.ON_POLICY_TOPK):
+        raise ConfigError(
+            f"rollout.engine={engine} pairs the method with an engine-mismatch correction on the rollout engine's "
+            f"samples, but {method.name}'s samples come from its own source ({method.source.name}), not only from "
+            "the rollout engine: use rollout.engine=fast (exact fp32) for this method")
+    own = engine_corrections(method)
+    if own:
+        card = dataclasses.replace(method.card, summary=method.card.summary +
+                                   f" [fast mode: the method's own correction {', '.join(own)} on the fast-bf16 engine]")
+        return dataclasses.replace(method, card=card, header=tuple(method.header) + (_own_header(own),))
+    if any(q.name == "tis_cap" for q in method.params):
+        raise ConfigError(f"rollout.engine={engine}: method {method.name} already declares a `tis_cap` parameter for "
+                          "another purpose; the fast mode cannot add its own")
+    card = dataclasses.replace(
+        method.card, samples=f"behavior μ = fast-bf16 engine (bf16 weight copy) at the sampling weights; π_old = fp32 "
+                             f"trainer at the same weights [{method.card.samples}]",
+        summary=method.card.summary + "; fast mode: x sg(min(π_old/μ, C)) (TIS on the engine ratio)")
+    return dataclasses.replace(method, card=card, params=tuple(method.params) + (_TIS_CAP,),
+                               corrections=tuple(method.corrections) + (losses.TIS,),
+                               header=tuple(method.header) + (_header,))

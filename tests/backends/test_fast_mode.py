@@ -1,0 +1,105 @@
+"""The fast mode (`rollout.engine: fast-bf16`, policylab.backends.fast_mode): one setting
+samples with the bf16 FastEngine, records its log-probs as μ and pairs the method with TIS
+on the engine ratio; refused on a CPU without native bf16 (CPU flags monkeypatched)."""
+
+import math
+
+import pytest
+import torch
+
+from policylab import methods
+from policylab.backends.fast_mode import CORRECTION_WHY, pair_correction
+from policylab.engines import cpu
+from policylab.errors import ConfigError
+from policylab.methods.loss import policy_loss, tensor_inputs
+from policylab.trainer.config import config_from_dict
+from policylab.trainer.loop import Trainer
+
+from trainer_utils import tiny_config
+
+AVX2_ONLY = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma".split())
+AMX = AVX2_ONLY | {"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}
+
+
+def test_other_engines_leave_the_method_unchanged():
+    m = methods.get("grpo")
+    for engine in ("auto", "fast", "hf"):
+        assert pair_correction(m, engine) is m
+
+
+def test_grpo_gets_tis_with_its_own_cap_parameter_and_header():
+    m = pair_correction(methods.get("grpo"), "fast-bf16")
+    assert [s.name for s in m.corrections] == ["tis"]
+    assert m.p["tis_cap"] == 2.0
+    assert "logp_old" in m.roles and "logp_behavior" in m.required_fields  # the trainer runs the fp32 old pass
+    labels = dict(line(m.p) for line in m.header)
+    assert "TIS" in labels["mismatch"] and CORRECTION_WHY in labels["mismatch"]
+    assert "fast mode" in m.card.summary and "fast-bf16" in m.card.samples
+    # the cap is a typed parameter of the paired method
+    assert m.with_params({"tis_cap": 3.0}).p["tis_cap"] == 3.0
+    with pytest.raises(ValueError, match="tis_cap"):
+        methods.get("grpo").with_params({"tis_cap": 3.0})  # not a grpo parameter outside the fast mode
+
+
+def test_paired_loss_is_the_host_loss_times_the_truncated_engine_ratio():
+    """Hand-worked (fp64): on-policy (logp = logp_old, ratio 1), A = 1 on three tokens.
+    log k = logp_old - logp_mu = 0.5, 1.0, -0.3  ->  k = 1.6487, 2.7183, 0.7408;
+    min(k, 2) = 1.6487, 2 (capped), 0.7408. PPO clip at ratio 1: loss = -A * 1 = -1 per
+    token, so the paired loss is -w per token."""
+    lp_old = torch.tensor([[-1.0, -0.2, -2.0]], dtype=torch.float64)
+    lp_mu = torch.tensor([[-1.5, -1.2, -1.7]], dtype=torch.float64)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    adv = torch.ones(1, dtype=torch.float64)
+    host = methods.get("grpo").with_params({"kl_coef": 0.0})
+    paired = pair_correction(methods.get("grpo"), "fast-bf16").with_params({"kl_coef": 0.0})
+    inp = tensor_inputs(lp_old.clone().requires_grad_(), adv, mask, logp_old=lp_old, logp_behavior=lp_mu)
+    base, _ = policy_loss(host, inp)
+    loss, metrics = policy_loss(paired, inp)
+    w = torch.tensor([[math.exp(0.5), 2.0, math.exp(-0.3)]], dtype=torch.float64)
+    torch.testing.assert_close(base, -torch.ones(1, 3, dtype=torch.float64))
+    torch.testing.assert_close(loss, -w)
+    # naive reference: per token, min(exp(old - mu), C) times the host's loss
+    naive = torch.tensor([[min(math.exp(o - u), 2.0) * b for o, u, b in zip(lp_old[0].tolist(), lp_mu[0].tolist(),
+                                                                             base[0].tolist())]], dtype=torch.float64)
+    torch.testing.assert_close(loss, naive)
+    assert float(metrics["correction/tis/frac_capped"]) == pytest.approx(1 / 3)
+
+
+def test_a_method_with_its_own_correction_keeps_it():
+    for name in ("tis", "icepop", "gmc", "sis"):
+        m0 = methods.get(name)
+        m = pair_correction(m0, "fast-bf16")
+        assert m.corrections == m0.corrections
+        assert "own engine-ratio correction" in dict(line(m.p) for line in m.header)["mismatch"]
+
+
+def test_a_method_with_another_source_is_refused():
+    with pytest.raises(ConfigError, match="luffy's samples come from its own source"):
+        pair_correction(methods.get("luffy"), "fast-bf16")
+
+
+def test_config_makes_it_a_bf16_engine_and_refuses_a_contradiction(tiny_model_dir, tmp_path):
+    cfg = tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
+    assert cfg.rollout.engine_dtype == "bf16"
+    with pytest.raises(ConfigError, match="contradicts"):
+        tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "engine_dtype": "int8"})
+    with pytest.raises(ConfigError, match="fast-bf16"):
+        config_from_dict({"rollout": {"engine": "fast-fp8"}})
+
+
+def test_trainer_step_samples_with_bf16_and_corrects(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AMX)
+    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
+    assert tr.engine.engine_name == "fast-bf16" and tr.engine.dtype == torch.bfloat16
+    assert next(tr.model.parameters()).dtype == torch.float32  # fp32 master weights
+    assert tr.needs_old_pass()
+    m = tr.train_step()
+    assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] > 1e-4  # a real mismatch, measured
+    assert "correction/tis/ess" in m and 0.0 < m["correction/tis/ess"] <= 1.0
+
+
+def test_refused_on_a_host_without_native_bf16(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AVX2_ONLY)
+    cfg = tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
+    with pytest.raises(cpu.UnsupportedHost, match="avx512_bf16 or amx_bf16.*avx2 fma.*emulated"):
+        Trainer(cfg)
