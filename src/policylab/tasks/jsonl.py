@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from policylab.errors import PolicylabError
@@ -17,9 +18,12 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
     All other fields go to `Example.meta`, plus meta["jsonl_line"] (1-based line number;
     a record that already has a `jsonl_line` field is refused rather than overwritten).
     Blank lines are skipped. Errors name the file and line: a missing file
-    (FileNotFoundError), bytes that are not UTF-8, invalid JSON, a line that is not an
-    object, a missing or null field, a field of the wrong type, and a file with no example
-    at all (PolicylabError). Records sharing an `id` field, and one prompt given different
+    (FileNotFoundError), bytes that are not UTF-8, invalid JSON (bare NaN, Infinity and
+    -Infinity are not JSON, and a number too large for a float is not finite: refused
+    wherever they appear), a line that is not an object, a missing or null field, a field
+    of the wrong type, and a file with no example at all (PolicylabError). Whether each
+    answer suits the task's verifier is checked by `policylab.tasks.source` when it builds
+    the task (`check_golds`). Records sharing an `id` field, and one prompt given different
     answers, are accepted with a PolicylabWarning naming the lines.
     """
     path = Path(path)
@@ -39,9 +43,11 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_constant=_not_json, parse_float=_finite_float)
             except json.JSONDecodeError as exc:
                 raise PolicylabError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:
+                raise PolicylabError(f"{where}: {exc}") from None
             if not isinstance(record, dict):
                 raise PolicylabError(f"{where}: expected a JSON object, got {type(record).__name__}")
             for name in (prompt_field, answer_field):
@@ -62,6 +68,17 @@ def load_jsonl(path: str | Path, *, prompt_field: str = "prompt", answer_field: 
         raise PolicylabError(f"{path}: no examples (the file is empty or blank)")
     _warn_duplicates(path, examples)
     return examples
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not a JSON value (write a finite number, or the answer as a string)")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"the number {text[:40]} is too large to be a finite float (write it as a string)")
+    return v
 
 
 def _lines(xs: list[int], limit: int = 5) -> str:

@@ -80,21 +80,36 @@ class MenuArithmeticTask:
         self.arith.load_state_dict({k: v for k, v in state.items() if k != "labels"})
 
 
-_LEAD = re.compile(r"^\s*\(?([A-Z])(?:$|[).:,\]])")
 _ANY = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
+_PRONOUN = re.compile(r"(?<![A-Za-z])I(?=\s+[a-z]|['’])")  # "I think", "I'm": the pronoun, not a label
 
 
-def chosen_label(reply: str) -> str | None:
-    """The label a free-text reply picks: a leading capital letter alone or closed by
-    ")", ".", ":", "," or "]" ("B", "B) 7", "(B)"), else the last standalone capital letter
-    in the reply ("I think B" gives B); None if there is none."""
-    m = _LEAD.match(reply)
-    if m:
-        return m.group(1)
-    found = _ANY.findall(reply)
-    return found[-1] if found else None
+def chosen_label(reply: str, labels=LABELS) -> str | None:
+    """The label a free-text reply picks: the one menu label it names as a standalone
+    capital letter ("B", "B) 7", "(B)", "I think B", "**B**"), any number of times; None
+    when it names none, or several distinct ones ("A or B", "B, no, C", a copy of the whole
+    menu): a hedge over labels is not a choice. "I" followed by a lower-case word or an
+    apostrophe is the pronoun, never the label I."""
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    named = {m for m in _ANY.findall(_PRONOUN.sub(" ", reply)) if m in labels}
+    return named.pop() if len(named) == 1 else None
 
 
 def menu_label_reward(responses: list[str], answers: list[str], **context) -> list[float]:
-    """1.0 when the reply picks the gold label (`chosen_label`), else 0.0."""
-    return [float(chosen_label(r) == a) for r, a in zip(responses, answers)]
+    """1.0 when the reply picks the gold label (`chosen_label`), else 0.0.
+
+    Contract: exactly one distinct menu label named in the reply (the menu is the
+    example's meta["menu"] when `metas` are given, else A-D plus the gold label); a copy of
+    the prompt (context `prompts`) is removed first, so echoing the menu names nothing;
+    a label plus a hedge naming another label scores 0."""
+    from policylab.kernels.rewards.verifiers import strip_echo
+
+    n = len(responses)
+    prompts = context.get("prompts") or [None] * n
+    metas = context.get("metas") or [None] * n
+    out = []
+    for r, a, p, m in zip(responses, answers, prompts, metas):
+        labels = tuple(m["menu"]) if isinstance(m, dict) and m.get("menu") else tuple(dict.fromkeys(LABELS + (a,)))
+        out.append(float(chosen_label(strip_echo(r, p if isinstance(p, str) else None), labels) == a))
+    return out

@@ -153,7 +153,7 @@ def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:
                           t.load_state_dict, f"arithmetic {'/'.join(cfg.ops)}, {cfg.digits} digit(s); "
                           + (f"{size} distinct held-out problems" if size is not None else "held-out problems sampled"))
     if cfg.name == "jsonl":
-        return _jsonl_source(cfg, _reward_fn(reward_name), seed)
+        return _jsonl_source(cfg, _reward_fn(reward_name), seed, reward_name)
     if cfg.name in ("sequence", "mixture"):
         return _domain_source(cfg, reward_name, seed)
     if cfg.name in ("menu_arithmetic", "two_turn_arithmetic"):
@@ -232,7 +232,34 @@ def _domain_source(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
                       f"{what}; {t.heldout_size()} distinct held-out problems")
 
 
-def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
+def check_golds(examples, reward_name: str, path) -> None:
+    """Refuse (ConfigError, naming the file and line) a gold answer the verifier could
+    never score fairly, before any training: exact_numeric / confidence_answer need a
+    finite number (`verifiers.gold_number`), math_verify a gold math-verify parses and
+    that is not undefined (`verifiers.math_gold`: "\\frac{1}{0}" would make the same
+    undefined reply correct), menu_label a single capital letter. Other verifiers
+    (module:function) judge their own golds."""
+    from policylab.errors import PolicylabError
+    from policylab.kernels.rewards import verifiers
+
+    def label(a) -> None:
+        if not (len(str(a)) == 1 and str(a).isascii() and str(a).isupper()):
+            raise PolicylabError(f"gold label {a!r} is not a single capital letter")
+
+    check = {"exact_numeric": verifiers.gold_number, "confidence_answer": verifiers.gold_number,
+             "math_verify": verifiers.math_gold, "menu_label": label}.get(reward_name)
+    if check is None:
+        return
+    for e in examples:
+        try:
+            check(e.answer)
+        except PolicylabError as exc:
+            line = e.meta.get("jsonl_line", "?") if isinstance(e.meta, dict) else "?"
+            raise ConfigError(f"{path}:{line}: answer {str(e.answer)[:60]!r} cannot be scored by task.reward="
+                              f"{reward_name}: {exc}") from None
+
+
+def _jsonl_source(cfg: TaskConfig, reward, seed: int, reward_name: str = "") -> TaskSource:
     import random
 
     from policylab.tasks.jsonl import load_jsonl
@@ -245,6 +272,8 @@ def _jsonl_source(cfg: TaskConfig, reward, seed: int) -> TaskSource:
     held = load_jsonl(cfg.heldout_path) if cfg.heldout_path else []
     if not train:
         raise ConfigError(f"{cfg.path} has no examples")
+    check_golds(train, reward_name, cfg.path)
+    check_golds(held, reward_name, cfg.heldout_path)
     # splits are tagged, and a train line whose prompt is also held out is marked: the
     # guidance of mixed-policy methods (tasks.guidance) refuses both held-out and marked lines
     held_prompts = {e.prompt for e in held}

@@ -9,12 +9,13 @@ from policylab.kernels.rewards.graded import numeric_interval, parse_dimensions,
 
 def test_interval_judge_hand_cases():
     # gold 12: "12" exact -> [0.8, 1]; "13" d = 1 -> s = 0.6/2 = 0.3 -> [0.15, 0.3];
-    # "no idea" -> [0, 0.3]; "40" d = 28 -> s = 0.6/29 = 0.020690 -> [0.010345, 0.020690]
+    # "no idea" -> [0, 0]; "40" d = 28 -> s = 0.6/29 = 0.020690 -> [0.010345, 0.020690]
     iv = numeric_interval(["12", "13", "no idea", "The answer is 40."], ["12"] * 4)
-    want = torch.tensor([[0.8, 1.0], [0.15, 0.3], [0.0, 0.3], [0.6 / 29 / 2, 0.6 / 29]], dtype=torch.float64)
+    want = torch.tensor([[0.8, 1.0], [0.15, 0.3], [0.0, 0.0], [0.6 / 29 / 2, 0.6 / 29]], dtype=torch.float64)
     torch.testing.assert_close(iv, want, rtol=0, atol=1e-12)
-    # a right reply is determinately above every wrong one; no number overlaps a near miss
-    assert bool((iv[0, 0] > iv[1:, 1]).all()) and iv[2, 1] >= iv[1, 0]
+    # a right reply is determinately above every wrong one; no number is below every number,
+    # even a far miss (0.010345 > 0)
+    assert bool((iv[0, 0] > iv[1:, 1]).all()) and bool((iv[[1, 3], 0] > iv[2, 1]).all())
 
 
 def test_dimensions_hand_cases_and_refusals():

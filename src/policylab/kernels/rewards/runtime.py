@@ -15,6 +15,10 @@ reference solution measured under matched conditions (same process, interleaved)
 
     reward = 1 + w·speed if correct, else incorrect_reward
 
+"correct" is the verifier's: for policylab's code task, every test AND every timed call
+returned exactly the reference's value (`tasks.code.CodeVerifier`); timings are the
+candidate process's CPU time per call measured by the parent, never by the candidate.
+
 The 1 for a correct candidate is a library decision (without it a correct program as
 fast as the reference would score like a wrong one). Unconfirmed (explicit arguments):
 the score form, α, min_rel_band, w, incorrect_reward, n_min, speedup_cap.
@@ -103,9 +107,12 @@ def speed_score(candidate, reference, *, form: str, alpha: float, min_rel_band: 
 
 def code_opt_reward(correct: bool, score: SpeedScore | None, *, speed_weight: float, incorrect_reward: float,
                     timed_out: bool = False) -> float:
-    """1 + w·speed for a correct candidate; a correct one whose timing ran out of the
-    sandbox's limits gets speed −1 (slower than the limits allow); incorrect_reward for an
-    incorrect one, whatever its timings (the gate)."""
+    """1 + w·speed for a correct candidate; incorrect_reward for an incorrect one, whatever
+    its timings (the gate). `timed_out` with `correct`: speed −1 (1 − w), for a caller that
+    verified the outputs some other way; policylab's code verifier never reports it: a
+    candidate whose timed calls ran out of the sandbox's limits has unverified timed
+    outputs and is reported incorrect (a program that loops only on large inputs would
+    otherwise earn 1 − w, more than a wrong one)."""
     if not correct:
         return float(incorrect_reward)
     if timed_out:

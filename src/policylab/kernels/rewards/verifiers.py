@@ -9,8 +9,16 @@ Two verifiers:
   (`pip install 'policylab[math]'`), for LaTeX / expression answers.
 
 Both follow the reward-function protocol of `policylab.kernels.rewards.combine`: they take
-`(completions, answers, **context)` and return one float per completion; extra context
-(prompts, metas) is accepted and ignored.
+`(completions, answers, **context)` and return one float per completion; `prompts` in the
+context is read by `exact_numeric_reward` (an echoed prompt is not an answer), anything
+else is accepted and ignored.
+
+What a reply cannot do (tests/adversarial/test_text_rewards.py): list several answers (only
+the last number counts, so enumerating is worth one guess), hide an answer in a comment or
+earlier in the text (likewise), echo the prompt (its numbers are not read), write a digit of
+another script (only ASCII digits are digits), a huge number or NaN/inf text (never equal to
+a finite gold). A gold answer that is not a finite number (exact) or that math-verify reads
+as undefined (zoo, NaN: "\\frac{1}{0}") is a data error and raises, never scores.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ from policylab.errors import NonFiniteError, PolicylabError, ShapeError
 #   (?<![\d.])          not glued to a preceding digit or dot, so "8-3" reads as 8 and 3
 #                       (the "-" is an operator there, not a sign) and "1.2.3" is not re-read
 #   ([-+\u2212]?)       optional sign; U+2212 is the typographic minus sign
+#   digits are ASCII only (re.ASCII): "٤٢" or "４２" are not numbers, so a reply is read
+#                       the same way by the regex and by Decimal
 #   (\d{1,3}(?:,\d{3})+(?!\d) | \d+ | (?=\.\d))
 #                       thousands-grouped integer ("1,234,567"), plain digits, or nothing
 #                       when the number starts at the decimal point (".5")
 #   (\.\d+)?            decimal part; a dot not followed by a digit (sentence end) is not taken
 _NUMBER = re.compile(
-    r"(?<![\d.])([-+\u2212]?)(\d{1,3}(?:,\d{3})+(?!\d)|\d+|(?=\.\d))(\.\d+)?"
+    r"(?<![\d.])([-+\u2212]?)(\d{1,3}(?:,\d{3})+(?!\d)|\d+|(?=\.\d))(\.\d+)?", re.ASCII
 )
 
 DEFAULT_REL_TOL = 1e-9
@@ -46,7 +56,8 @@ def extract_last_number(text: str) -> str | None:
     Trailing punctuation is never part of the number ("It is 42." -> "42").
     A "-" directly after a digit is read as an operator, not a sign ("8-3" -> "3").
     Not recognized (by design, kept simple): scientific notation, fractions "1/2" (read as
-    the two numbers 1 and 2), spelled-out numbers. Use `math_verify_reward` for those.
+    the two numbers 1 and 2), spelled-out numbers, digits other than ASCII 0-9. Use
+    `math_verify_reward` for those.
     """
     if not isinstance(text, str):
         raise TypeError(f"`text` must be a str, got {type(text).__name__}")
@@ -60,8 +71,9 @@ def extract_last_number(text: str) -> str | None:
     return f"{sign}{integer.replace(',', '') or '0'}{frac}"
 
 
-def _gold_decimal(gold: Any) -> Decimal:
-    """Gold answer as a Decimal; a malformed gold answer is a data bug and raises."""
+def gold_number(gold: Any) -> Decimal:
+    """Gold answer as a finite Decimal; a malformed gold answer is a data bug and raises
+    (PolicylabError; NonFiniteError for NaN / inf). Loaders call it on every answer."""
     if isinstance(gold, bool) or not isinstance(gold, (int, float, str, Decimal)):
         raise TypeError(f"gold answer must be an int, float, str or Decimal, got {type(gold).__name__}: {gold!r}")
     if isinstance(gold, float) and not math.isfinite(gold):
@@ -96,7 +108,7 @@ def numeric_match(
     `pred` is model output: None or an unparseable string is simply no match (False).
     `gold` is data: an unparseable or non-finite gold answer raises, never scores 0.
     """
-    gold_value = _gold_decimal(gold)
+    gold_value = gold_number(gold)
     if pred is None:
         return False
     if not isinstance(pred, str):
@@ -124,14 +136,65 @@ def _check_pairs(completions: Sequence[str], answers: Sequence[Any]) -> None:
             raise TypeError(f"`completions[{i}]` must be a str, got {type(c).__name__}")
 
 
-def exact_numeric_reward(completions: Sequence[str], answers: Sequence[Any], **_context: Any) -> list[float]:
+def strip_echo(reply: str, prompt: str | None) -> str:
+    """The reply without any verbatim copy of its prompt (an echoed prompt is not an
+    answer: its numbers are the question's). Prompts shorter than 8 characters are left
+    alone (too short to be an echo rather than an answer)."""
+    if not isinstance(prompt, str) or len(prompt.strip()) < 8:
+        return reply
+    return reply.replace(prompt.strip(), " ")
+
+
+def exact_numeric_reward(completions: Sequence[str], answers: Sequence[Any], **context: Any) -> list[float]:
     """1.0 if the LAST number in the reply equals the gold answer (`numeric_match`), else 0.0.
 
-    An empty reply or a reply without a number scores 0.0 (it is a wrong answer, not a
-    missing one). A malformed gold answer raises. Returns one float per completion `[B]`.
+    Contract: one answer per reply, the last ASCII-digit number written; a copy of the
+    prompt (context `prompts`, when given) is removed first (`strip_echo`). An empty reply
+    or a reply without a number scores 0.0 (it is a wrong answer, not a missing one). A
+    malformed gold answer raises. Returns one float per completion `[B]`.
     """
     _check_pairs(completions, answers)
-    return [float(numeric_match(extract_last_number(c), a)) for c, a in zip(completions, answers)]
+    prompts = context.get("prompts")
+    if prompts is None or len(prompts) != len(completions):
+        prompts = [None] * len(completions)
+    return [float(numeric_match(extract_last_number(strip_echo(c, p)), a))
+            for c, a, p in zip(completions, answers, prompts)]
+
+
+def _math_verify():
+    try:
+        from math_verify import parse, verify
+    except ImportError as exc:
+        raise ImportError(
+            "math_verify_reward needs the optional `math-verify` package: "
+            "pip install 'policylab[math]'"
+        ) from exc
+    return parse, verify
+
+
+def math_gold(answer: Any) -> list:
+    """math-verify's reading of a gold answer; refuses (PolicylabError) a gold it cannot
+    parse, even wrapped in $...$, and one whose value is undefined: complex infinity or
+    NaN after evaluation ("\\frac{1}{0}", "0/0", "\\log(0)"), which would make a reply
+    that writes the same undefined expression correct. Loaders call it on every answer."""
+    parse, _ = _math_verify()
+    if isinstance(answer, float) and not math.isfinite(answer):
+        raise NonFiniteError(f"gold answer is not finite: {answer!r}")
+    gold = parse(str(answer)) or parse(f"${answer}$")
+    if not gold:
+        raise PolicylabError(f"math-verify cannot parse gold answer {answer!r}")
+    import sympy
+
+    for g in gold:
+        if isinstance(g, sympy.Basic):
+            try:
+                value = g.doit()
+            except Exception:  # noqa: BLE001  (sympy raises many types; an unevaluable gold is undefined)
+                value = sympy.nan
+            if isinstance(value, sympy.Basic) and value.has(sympy.zoo, sympy.nan):
+                raise PolicylabError(f"gold answer {answer!r} is undefined (math-verify reads it as {value}): "
+                                     "no reply may be scored against it")
+    return gold
 
 
 def math_verify_reward(completions: Sequence[str], answers: Sequence[Any], **_context: Any) -> list[float]:
@@ -140,23 +203,18 @@ def math_verify_reward(completions: Sequence[str], answers: Sequence[Any], **_co
     Uses `math_verify.parse` on both sides and `math_verify.verify(gold, pred)` (gold
     first: the check is not symmetric). Unlike `exact_numeric_reward`, math-verify picks
     the answer by its own extraction rules (boxed answers and LaTeX first), not "the last
-    number". An empty reply scores 0.0; a gold answer that math-verify cannot parse, even
-    wrapped in $...$, raises. math-verify enforces its parse timeout with signals, so call
-    this from the main thread.
+    number". Contract: an empty reply scores 0.0; a gold answer that `math_gold` refuses
+    (unparseable, or undefined such as \\frac{1}{0}) raises, naming the sample.
+    math-verify enforces its parse timeout with signals, so call this from the main thread.
     """
-    try:
-        from math_verify import parse, verify
-    except ImportError as exc:
-        raise ImportError(
-            "math_verify_reward needs the optional `math-verify` package: "
-            "pip install 'policylab[math]'"
-        ) from exc
+    parse, verify = _math_verify()
     _check_pairs(completions, answers)
     rewards = []
     for i, (completion, answer) in enumerate(zip(completions, answers)):
-        gold = parse(str(answer)) or parse(f"${answer}$")
-        if not gold:
-            raise PolicylabError(f"math-verify cannot parse gold answer {answer!r} (sample {i})")
+        try:
+            gold = math_gold(answer)
+        except PolicylabError as exc:
+            raise type(exc)(f"{exc} (sample {i})") from None
         pred = parse(completion) if completion.strip() else []
         rewards.append(float(bool(pred) and verify(gold, pred)))
     return rewards

@@ -36,9 +36,12 @@ from policylab.methods.stages.advantages import token_rewards
 
 # ----------------------------------------------------------------------------- code_opt
 def code_runtime(s: Sampled, ctx: StageContext):
-    """Run every reply in the sandbox: the tests, then (when they pass) timings against
-    the reference solution in the same process; reward = the correctness-gated speed
-    score (`rewards.runtime`), provenance "measured"."""
+    """Run every reply in the sandbox: the tests, then (when they pass) timed calls on
+    fresh performance inputs, each output checked against the reference's and each call
+    timed by the parent as the candidate process's CPU time, interleaved with a sandboxed
+    process of the reference on the same inputs (`tasks.code.CodeVerifier`); reward = the
+    correctness-gated speed score (`rewards.runtime`), provenance "measured". A wrong,
+    missing or late timed output makes the candidate incorrect."""
     p = ctx.p
     verifier = ctx.task_reward
     if not hasattr(verifier, "run_timed"):
@@ -126,13 +129,21 @@ register(policy_gradient_method(
         summary="sandboxed tests gate the reward; a correct program earns 1 + w·speed, speed from the median of "
                 "repeated timings against the reference's measured runtimes, 0 inside the calibrated noise band",
         not_established="measured speed-ups of model-written code (the 135M model rarely writes a correct "
-                        "function); timings come from inside the sandboxed process (see policylab.sandbox.runner)",
+                        "function); timings are CPU time of the whole candidate process around each call, so they "
+                        "include decoding the arguments and encoding the result (the same in the reference's process); "
+                        "the amortization of untimed CPU over the timed calls and the fresh input per call are library "
+                        "decisions, not the paper's",
         unconfirmed=("title, arXiv id", "score form (percentile or log speedup)", "α, min_rel_band, speedup_cap",
                      "the +1 of a correct program and incorrect_reward", "stale/sparse-reward handling (compose "
                      "with a correction)"),
         confirmed="not checked against the paper (title and id unconfirmed); tested: incorrect code never gets "
                   "speed reward, a single timing raises, an improvement inside the noise band scores 0, every "
-                  "score carries its provenance (measured here)",
+                  "score carries its provenance (measured here). Changed (issue 24): every timed output is checked "
+                  "against the reference's (a program right only on the small tests, or one that runs out of the "
+                  "limits on the timed inputs, now earns incorrect_reward instead of 1 + w or 1 − w); the child "
+                  "never holds the reference, an expected value or a timing, cannot read policylab's files, and "
+                  "is timed by the parent from its CPU clock; hostile replies that earned the maximum before earn "
+                  "nothing now (tests/adversarial/test_code_execution.py)",
     ),
     rewards_=(CODE_RUNTIME,),
     advantage=adv.GRPO, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
