@@ -229,7 +229,8 @@ def test_moer_guided_rows_stay_guided_and_mask_the_expert_prefix(tiny_model_dir,
 
 
 def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:never_right")
+    # the worked solutions verify, the random model's continuations never do
+    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only")
     batch, _ = tr.collect()
     expert = batch.source_rows("expert")
     assert int(expert.sum()) == 3 and not bool(batch.source_rows("guided").any())
@@ -242,8 +243,37 @@ def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(tiny_mode
     assert guidance.worked_solution  # the traces are the solver's worked solutions
 
 
+def test_moer_never_uses_an_expert_trace_the_verifier_refuses(tiny_model_dir, tmp_path):
+    # 3 prompts; the worked solution of a problem with an odd answer fails the verifier (a dataset
+    # trace whose final answer is wrong), of an even answer it passes; continuations never pass.
+    # An unverified trace is neither a prefix nor a rollback target: that prompt's k rows are plain
+    # rollouts (native); a verified one is rolled back to after the failed continuation (expert, reward 1)
+    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_of_even_answers",
+                 rollout={**ROLLOUT, "prompts_per_step": 6})
+    batch, _ = tr.collect()
+    from policylab.tasks import guidance
+
+    groups = torch.unique(batch.group).tolist()
+    n_odd = 0
+    for g in groups:
+        rows = (batch.group == g).nonzero().squeeze(-1).tolist()
+        kinds = [batch.sources[r] for r in rows]
+        assert "guided" not in kinds  # every continuation failed
+        if "expert" in kinds:
+            r = rows[kinds.index("expert")]
+            assert float(batch.rewards[r]) == 1.0  # only a verified trace becomes an expert row
+        else:
+            assert kinds == ["native"] * 4
+            n_odd += 1
+    assert bool((batch.rewards[batch.source_rows("expert")] == 1).all())
+    assert n_odd >= 1 and int(batch.source_rows("expert").sum()) == len(groups) - n_odd  # both cases seen
+    _, _, m = tr.round_inputs(tr.prepare(batch))
+    assert m["moer/unverified_traces"] == float(n_odd) and m["moer/rollback_rows"] == float(len(groups) - n_odd)
+    assert guidance.worked_solution
+
+
 def test_moer_unit_ratio_rows_are_never_clipped(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:never_right",
+    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only",
                  train={"epochs": 2, "minibatches": 1})
     batch, _ = tr.collect()
     batch = tr.prepare(batch)
