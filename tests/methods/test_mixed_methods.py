@@ -342,6 +342,58 @@ def test_graft_imports_the_whole_mixed_peer_group_of_an_all_fail_prompt(tiny_mod
         assert not bool(s.batch.source_rows("peer").any())
 
 
+def _graft_loss(lp, lp_old, adv, compat, sources, method=None):
+    """GRAFT's per-token loss and ∂(Σ loss)/∂lp for one-token rows (a masked second
+    position holding garbage), through the method's own correction and objective."""
+    from policylab.methods.loss import policy_loss, tensor_inputs
+
+    m = method or methods.get("graft")
+    B = len(lp)
+    leaf = torch.tensor([[x, 5.0] for x in lp], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[x, -3.0] for x in lp_old], dtype=torch.float64)
+    mask = torch.tensor([[True, False]] * B)
+    c = torch.tensor(compat, dtype=torch.float32)  # as the source stores it
+    inp = tensor_inputs(leaf, torch.tensor(adv, dtype=torch.float64), mask, logp_old=old,
+                        group=torch.zeros(B, dtype=torch.long),
+                        extras={"graft_compat": c, "graft_keep": (c >= m.p.graft_min_compat).float()})
+    inp = inp.replace(batch=inp.batch.replace(source=tuple(sources), producer=tuple(
+        s.split(":", 1)[1] if s.startswith("peer:") else "policy" for s in sources)).validate())
+    loss, _ = policy_loss(m, inp)
+    loss.sum().backward()
+    return loss.detach(), leaf.grad
+
+
+def test_graft_a_less_compatible_borrowed_row_moves_the_policy_less():
+    # first update, π_θ = π_old (ρ = 1, inside the clip): ℓ = −w·A, ∂ℓ/∂lp = −w·A, w = min(c, 1) on
+    # borrowed rows (0 below graft_min_compat = 0.1), 1 on the native row
+    #   rows: native, peer c = 1.0, peer c = 0.5, peer c = 0.05, peer c = 2.0 (capped at 1)
+    #   A = +1: ∂ℓ/∂lp = [−1, −1, −0.5, 0, −1];   A = −1: [+1, +1, +0.5, 0, +1]
+    src = ["native", "peer:p", "peer:p", "peer:p", "peer:p"]
+    compat = [1.0, 1.0, 0.5, 0.05, 2.0]
+    lp = [-1.2] * 5
+    for a in (1.0, -1.0):
+        loss, grad = _graft_loss(lp, lp, [a] * 5, compat, src)
+        want = [-a * w for w in (1.0, 1.0, 0.5, 0.0, 1.0)]
+        assert grad[:, 0].tolist() == pytest.approx(want, abs=1e-12)
+        assert loss[:, 0].tolist() == pytest.approx(want, abs=1e-12)
+        assert grad[:, 1].abs().sum() == 0 and loss[:, 1].abs().sum() == 0  # masked positions
+    # the clip acts on borrowed rows too (ε = 0.2): later in the round, ρ = e^{lp − lp_old}
+    #   ρ = 1.1, A = +1, c = 0.5: unclipped, ∂ℓ/∂lp = −w·A·ρ = −0.5·1.1 = −0.55
+    #   ρ = 1.3, A = +1, c = 0.5: clipped at 1.2, ∂ℓ/∂lp = 0 (value −0.5·1.2 = −0.6)
+    #   ρ = 0.7, A = −1, c = 0.5: clipped at 0.8, ∂ℓ/∂lp = 0 (value −0.5·(−1)·0.8 = 0.4)
+    import math
+
+    lp_old = [-1.2, -1.2, -1.2]
+    lp = [-1.2 + math.log(1.1), -1.2 + math.log(1.3), -1.2 + math.log(0.7)]
+    loss, grad = _graft_loss(lp, lp_old, [1.0, 1.0, -1.0], [0.5] * 3, ["peer:p"] * 3)
+    assert grad[:, 0].tolist() == pytest.approx([-0.55, 0.0, 0.0], abs=1e-12)
+    assert loss[:, 0].tolist() == pytest.approx([-0.55, -0.6, 0.4], abs=1e-12)
+    # a higher cap lets a row the receiver finds likelier than the peer did weigh more than a native one
+    wide = methods.get("graft").with_params({"graft_compat_cap": 2.0})
+    _, grad = _graft_loss([-1.2], [-1.2], [1.0], [2.0], ["peer:p"], method=wide)
+    assert float(grad[0, 0]) == pytest.approx(-2.0, abs=1e-12)
+
+
 def test_graft_trains_with_an_initial_copy_peer_and_refuses_a_changed_peer_on_resume(tiny_model_dir, tmp_path):
     tr = trainer(tiny_model_dir, tmp_path, "graft")
     assert tr.controllers["peer"].name == "initial"
