@@ -16,3 +16,20 @@ def always_right(responses, answers, **context):
 
 def never_right(responses, answers, **context):
     return [0.0] * len(responses)
+
+
+def _is_worked_solution(response: str, answer) -> bool:
+    parts = response.strip().split(" = ")
+    return len(parts) > 1 and parts[-1].strip() == str(answer).strip()
+
+
+def solutions_only(responses, answers, **context):
+    """Right iff the reply is a worked solution ("a + b = ... = answer"): the expert traces
+    verify, a random model's continuation never does."""
+    return [1.0 if _is_worked_solution(r, a) else 0.0 for r, a in zip(responses, answers)]
+
+
+def solutions_of_even_answers(responses, answers, **context):
+    """As `solutions_only`, but a problem with an odd answer has no right reply at all: its
+    worked solution stands for a dataset trace whose final answer is wrong."""
+    return [1.0 if int(a) % 2 == 0 and _is_worked_solution(r, a) else 0.0 for r, a in zip(responses, answers)]

@@ -208,6 +208,20 @@ def test_graft_compatibility_uses_each_tokenizations_own_mean():
         K.graft_compatibility(lr, torch.zeros(1, 4, dtype=torch.bool), lpp, mp)
 
 
+def test_graft_row_weight_bounds_borrowed_rows_by_their_compatibility():
+    # borrowed rows c = [1.0, 0.5, 0.1, 0.0999, 2.0], threshold 0.1 (inclusive), cap 1:
+    #   w = [min(1, 1), min(0.5, 1), 0.1 (kept: 0.1 >= 0.1), 0 (dropped), min(2, 1) = 1]; a native row: 1
+    c = torch.tensor([1.0, 0.5, 0.1, 0.0999, 2.0, 0.3], dtype=torch.float64)
+    borrowed = torch.tensor([True, True, True, True, True, False])
+    w = K.graft_row_weight(c, borrowed, min_compat=0.1, cap=1.0)
+    assert w.tolist() == [1.0, 0.5, 0.1, 0.0, 1.0, 1.0]
+    assert K.graft_row_weight(c, borrowed, min_compat=0.1, cap=1.5).tolist()[4] == 1.5
+    with pytest.raises(PolicylabError, match="finite and > 0"):
+        K.graft_row_weight(torch.tensor([0.0]), torch.tensor([True]), min_compat=0.1, cap=1.0)
+    with pytest.raises(PolicylabError, match="`cap`"):
+        K.graft_row_weight(c, borrowed, min_compat=0.1, cap=0.0)
+
+
 # ----------------------------------------------------------------------------- ERILS
 
 

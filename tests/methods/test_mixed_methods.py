@@ -229,7 +229,8 @@ def test_moer_guided_rows_stay_guided_and_mask_the_expert_prefix(tiny_model_dir,
 
 
 def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:never_right")
+    # the worked solutions verify, the random model's continuations never do
+    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only")
     batch, _ = tr.collect()
     expert = batch.source_rows("expert")
     assert int(expert.sum()) == 3 and not bool(batch.source_rows("guided").any())
@@ -242,8 +243,37 @@ def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(tiny_mode
     assert guidance.worked_solution  # the traces are the solver's worked solutions
 
 
+def test_moer_never_uses_an_expert_trace_the_verifier_refuses(tiny_model_dir, tmp_path):
+    # 3 prompts; the worked solution of a problem with an odd answer fails the verifier (a dataset
+    # trace whose final answer is wrong), of an even answer it passes; continuations never pass.
+    # An unverified trace is neither a prefix nor a rollback target: that prompt's k rows are plain
+    # rollouts (native); a verified one is rolled back to after the failed continuation (expert, reward 1)
+    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_of_even_answers",
+                 rollout={**ROLLOUT, "prompts_per_step": 6})
+    batch, _ = tr.collect()
+    from policylab.tasks import guidance
+
+    groups = torch.unique(batch.group).tolist()
+    n_odd = 0
+    for g in groups:
+        rows = (batch.group == g).nonzero().squeeze(-1).tolist()
+        kinds = [batch.sources[r] for r in rows]
+        assert "guided" not in kinds  # every continuation failed
+        if "expert" in kinds:
+            r = rows[kinds.index("expert")]
+            assert float(batch.rewards[r]) == 1.0  # only a verified trace becomes an expert row
+        else:
+            assert kinds == ["native"] * 4
+            n_odd += 1
+    assert bool((batch.rewards[batch.source_rows("expert")] == 1).all())
+    assert n_odd >= 1 and int(batch.source_rows("expert").sum()) == len(groups) - n_odd  # both cases seen
+    _, _, m = tr.round_inputs(tr.prepare(batch))
+    assert m["moer/unverified_traces"] == float(n_odd) and m["moer/rollback_rows"] == float(len(groups) - n_odd)
+    assert guidance.worked_solution
+
+
 def test_moer_unit_ratio_rows_are_never_clipped(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:never_right",
+    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only",
                  train={"epochs": 2, "minibatches": 1})
     batch, _ = tr.collect()
     batch = tr.prepare(batch)
@@ -310,6 +340,58 @@ def test_graft_imports_the_whole_mixed_peer_group_of_an_all_fail_prompt(tiny_mod
     for outcomes in ([[1] + [0] * 7, [1, 1, 1, 1], [1, 1, 1, 1]], [[0] * 8, [0, 0, 0, 0], [1, 1, 1, 1]]):
         s = borrowed_rollouts.peer_exchange(2, _scripted(source_ctx(tr), outcomes))
         assert not bool(s.batch.source_rows("peer").any())
+
+
+def _graft_loss(lp, lp_old, adv, compat, sources, method=None):
+    """GRAFT's per-token loss and ∂(Σ loss)/∂lp for one-token rows (a masked second
+    position holding garbage), through the method's own correction and objective."""
+    from policylab.methods.loss import policy_loss, tensor_inputs
+
+    m = method or methods.get("graft")
+    B = len(lp)
+    leaf = torch.tensor([[x, 5.0] for x in lp], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[x, -3.0] for x in lp_old], dtype=torch.float64)
+    mask = torch.tensor([[True, False]] * B)
+    c = torch.tensor(compat, dtype=torch.float32)  # as the source stores it
+    inp = tensor_inputs(leaf, torch.tensor(adv, dtype=torch.float64), mask, logp_old=old,
+                        group=torch.zeros(B, dtype=torch.long),
+                        extras={"graft_compat": c, "graft_keep": (c >= m.p.graft_min_compat).float()})
+    inp = inp.replace(batch=inp.batch.replace(source=tuple(sources), producer=tuple(
+        s.split(":", 1)[1] if s.startswith("peer:") else "policy" for s in sources)).validate())
+    loss, _ = policy_loss(m, inp)
+    loss.sum().backward()
+    return loss.detach(), leaf.grad
+
+
+def test_graft_a_less_compatible_borrowed_row_moves_the_policy_less():
+    # first update, π_θ = π_old (ρ = 1, inside the clip): ℓ = −w·A, ∂ℓ/∂lp = −w·A, w = min(c, 1) on
+    # borrowed rows (0 below graft_min_compat = 0.1), 1 on the native row
+    #   rows: native, peer c = 1.0, peer c = 0.5, peer c = 0.05, peer c = 2.0 (capped at 1)
+    #   A = +1: ∂ℓ/∂lp = [−1, −1, −0.5, 0, −1];   A = −1: [+1, +1, +0.5, 0, +1]
+    src = ["native", "peer:p", "peer:p", "peer:p", "peer:p"]
+    compat = [1.0, 1.0, 0.5, 0.05, 2.0]
+    lp = [-1.2] * 5
+    for a in (1.0, -1.0):
+        loss, grad = _graft_loss(lp, lp, [a] * 5, compat, src)
+        want = [-a * w for w in (1.0, 1.0, 0.5, 0.0, 1.0)]
+        assert grad[:, 0].tolist() == pytest.approx(want, abs=1e-12)
+        assert loss[:, 0].tolist() == pytest.approx(want, abs=1e-12)
+        assert grad[:, 1].abs().sum() == 0 and loss[:, 1].abs().sum() == 0  # masked positions
+    # the clip acts on borrowed rows too (ε = 0.2): later in the round, ρ = e^{lp − lp_old}
+    #   ρ = 1.1, A = +1, c = 0.5: unclipped, ∂ℓ/∂lp = −w·A·ρ = −0.5·1.1 = −0.55
+    #   ρ = 1.3, A = +1, c = 0.5: clipped at 1.2, ∂ℓ/∂lp = 0 (value −0.5·1.2 = −0.6)
+    #   ρ = 0.7, A = −1, c = 0.5: clipped at 0.8, ∂ℓ/∂lp = 0 (value −0.5·(−1)·0.8 = 0.4)
+    import math
+
+    lp_old = [-1.2, -1.2, -1.2]
+    lp = [-1.2 + math.log(1.1), -1.2 + math.log(1.3), -1.2 + math.log(0.7)]
+    loss, grad = _graft_loss(lp, lp_old, [1.0, 1.0, -1.0], [0.5] * 3, ["peer:p"] * 3)
+    assert grad[:, 0].tolist() == pytest.approx([-0.55, 0.0, 0.0], abs=1e-12)
+    assert loss[:, 0].tolist() == pytest.approx([-0.55, -0.6, 0.4], abs=1e-12)
+    # a higher cap lets a row the receiver finds likelier than the peer did weigh more than a native one
+    wide = methods.get("graft").with_params({"graft_compat_cap": 2.0})
+    _, grad = _graft_loss([-1.2], [-1.2], [1.0], [2.0], ["peer:p"], method=wide)
+    assert float(grad[0, 0]) == pytest.approx(-2.0, abs=1e-12)
 
 
 def test_graft_trains_with_an_initial_copy_peer_and_refuses_a_changed_peer_on_resume(tiny_model_dir, tmp_path):

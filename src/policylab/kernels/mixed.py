@@ -15,7 +15,8 @@ rows says so below.
     check_context_separation              Off-Context GRPO's hinted μ in the denominator
     graft_should_borrow,
     graft_compatibility,
-    tokenwise_log_ratio                   GRAFT's borrowing rule and compatibility
+    graft_row_weight,
+    tokenwise_log_ratio                   GRAFT's borrowing rule, compatibility and row weight
     erils_advantages, erils_length_keep   ERILS's per-source normalization and length cap
     mopd_advantages                       MOPD's per-token teacher signal (fusion)
 """
@@ -261,6 +262,58 @@ def graft_compatibility(lp_receiver: torch.Tensor, mask_receiver: torch.Tensor, 
     mr = torch.where(mask_receiver, lp_receiver.detach(), zero_r).sum(-1) / nr
     mp = torch.where(mask_peer, lp_peer.detach(), zero_p).sum(-1) / npeer
     return torch.exp(mr.double() - mp.double())
+
+
+def graft_row_weight(compat: torch.Tensor, borrowed: torch.Tensor, *, min_compat: float,
+                     cap: float) -> torch.Tensor:
+    """w_i, [B], detached: the weight of row i's clipped surrogate.
+
+        borrowed row:  w_i = 1[c_i ≥ min_compat] · min(c_i, cap)
+        native row:    w_i = 1
+
+    GRAFT ("Learning Beyond What You Sample: Off-Policy-Aware Cross-Model Trajectory
+    Exchange for RLVR"; the paper's exact form of the bound is **unconfirmed**, this is a
+    library decision): a borrowed row was sampled by the peer, so it is not receiver
+    on-policy data and its update is bounded by how likely the receiver finds it. The
+    method's loss on row i is the decoupled form
+
+        ℓ_it = −w_i · min(ρ_it·A_i, clip(ρ_it, 1 − ε_low, 1 + ε_high)·A_i),   ρ_it = π_θ/π_old
+
+    with π_old the receiver at the sampling weights (the trust region of its own steps,
+    so every further epoch or minibatch is clipped as on native rows) and w_i a truncated
+    importance weight of the receiver against the behavior μ = the peer:
+    c_i = exp(mean_t lp_old(y_i) − mean_t lp_peer(y_i)) (`graft_compatibility`), the
+    per-token geometric mean of π_old/μ over the row. So at the first update (ρ = 1) a
+    kept borrowed row's gradient is −min(c_i, cap)·A_i·∇lp: a row of compatibility 0.5
+    moves the policy half as much as one of compatibility 1, whatever the sign of A.
+
+    Why this form: per-token μ exists only where the two tokenizations agree (the peer's
+    log-probs are unknown elsewhere), while c_i is defined for any pair of tokenizers;
+    the geometric mean is length-normalized, so long rows neither vanish nor explode as a
+    product of per-token ratios would; truncating at `cap` (1 by default) keeps a borrowed
+    row from weighing more than a native one (a c > 1 says the receiver already finds the
+    text likelier than the peer did, not that it deserves a larger step); and a per-token
+    ratio π_θ/μ inside PPO's clip would zero every negative-advantage token of a peer the
+    receiver finds unlikely (ρ < 1 − ε) while letting those it finds likely grow without
+    bound (the min keeps ρ·A for A < 0). Below `min_compat` (inclusive: c ≥ min_compat is
+    kept) the row is dropped with weight 0 and stays in the normalizer and its group's
+    advantages.
+
+    compat [B] finite, > 0 (1 on native rows by convention, not read there); borrowed [B]
+    bool; min_compat ≥ 0; cap > 0."""
+    _check_rows(borrowed, compat.shape[0] if compat.dim() == 1 else -1, "borrowed")
+    if compat.dim() != 1:
+        raise ShapeError(f"`compat` must be [B], got {tuple(compat.shape)}")
+    c = compat.detach()
+    if not bool(torch.isfinite(c[borrowed]).all()) or bool((c[borrowed] <= 0).any()):
+        raise PolicylabError("`compat` of a borrowed row must be finite and > 0 (exp of a mean log-prob difference)")
+    if not (math.isfinite(min_compat) and min_compat >= 0):
+        raise PolicylabError(f"`min_compat` must be finite and >= 0, got {min_compat}")
+    if not (math.isfinite(cap) and cap > 0):
+        raise PolicylabError(f"`cap` must be finite and > 0, got {cap}")
+    one = torch.ones((), dtype=c.dtype, device=c.device)
+    kept = torch.where(c >= min_compat, torch.clamp(c, max=cap), torch.zeros((), dtype=c.dtype, device=c.device))
+    return torch.where(borrowed, kept, one)
 
 
 def tokenwise_log_ratio(lp_a: torch.Tensor, mask_a: torch.Tensor, lp_b: torch.Tensor,

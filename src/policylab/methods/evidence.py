@@ -30,7 +30,11 @@ _STALE = ("kernel verified; in the trainer on SmolLM2-135M-Instruct with stalene
 _REAL_12A = ("kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer{task}, finite "
              "metrics (benchmarks/results/methods_real_sequence_objectives.md); no learning claim")
 _TASKS_12A = {"tlm_dre": " on the two-turn arithmetic dialogue (no dialogue fully correct in the 3 steps: every "
-                         "trajectory negative, only the push-down branch ran)", "rlid": " on the menu-label arithmetic task",
+                         "trajectory negative, only the push-down branch ran; recorded with the plain per-token mean, "
+                         "before per-turn normalization became the default: not re-run since)",
+              "conspo": " (recorded with the earlier row scale, which counted every positive of the round: not re-run "
+                        "since the mean over eligible positives)",
+              "rlid": " on the menu-label arithmetic task",
               "stare": " (the results file does not record whether the entropy gate opened: below the 0.3-nat "
                        "target it reweights, above it the steps are GRPO's)"}
 # the methods of this group whose run is recorded in methods_real_sequence_objectives (the others keep their kernel status)

@@ -11,6 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from policylab.errors import MissingQuantityError, PolicylabError, ShapeError
+from policylab.kernels import aggregate as agg
 from policylab.kernels.objectives.tlm_dre import psi, tlm_dre, turn_confidence, turn_weights
 
 F = torch.float64
@@ -40,22 +41,24 @@ def test_confidence_is_length_normalized_and_merging_turns_changes_the_weights()
     assert float(lam1[0, 0]) == 1.0 and not torch.allclose(lam3, torch.ones_like(lam3))
 
 
-def _naive(lp, lp_ref, pol, tid, mask, tau, kp, kn):
+def _naive(lp, lp_ref, pol, tid, mask, tau, kp, kn, turn_norm="turn"):
     B, T = lp.shape
     out = torch.zeros(B, T, dtype=F)
     for i in range(B):
         turns = sorted({int(tid[i, t]) for t in range(T) if mask[i, t]})
-        c = {k: sum(float(lp_ref[i, t]) for t in range(T) if mask[i, t] and tid[i, t] == k) /
-             sum(1 for t in range(T) if mask[i, t] and tid[i, t] == k) for k in turns}
+        size = {k: sum(1 for t in range(T) if mask[i, t] and tid[i, t] == k) for k in turns}
+        c = {k: sum(float(lp_ref[i, t]) for t in range(T) if mask[i, t] and tid[i, t] == k) / size[k] for k in turns}
         z = {k: math.exp(-c[k] / tau) for k in turns}
         lam = {k: len(turns) * z[k] / sum(z.values()) for k in turns}
+        n_i = sum(size.values())
         for t in range(T):
             if not mask[i, t]:
                 continue
             u = float(lp[i, t] - lp_ref[i, t])
             f = (lambda x, k: x if k == 0 else math.tanh(k * x) / k)
             k = int(tid[i, t])
-            out[i, t] = -lam[k] * f(u, kp) if pol[i] > 0 else (lam[k] * f(u, kn) if pol[i] < 0 else 0.0)
+            w = lam[k] * (n_i / (len(turns) * size[k]) if turn_norm == "turn" else 1.0)
+            out[i, t] = -w * f(u, kp) if pol[i] > 0 else (w * f(u, kn) if pol[i] < 0 else 0.0)
     return out
 
 
@@ -71,12 +74,66 @@ def _case():
     return lp, lp_ref, tid, mask
 
 
-def test_matches_a_naive_loop():
+@pytest.mark.parametrize("turn_norm", ["turn", "token"])
+def test_matches_a_naive_loop(turn_norm):
     lp, lp_ref, tid, mask = _case()
     pol = torch.tensor([1.0, -1.0, 1.0, 0.0], dtype=F)
-    loss, _ = tlm_dre(lp, lp_ref, pol, tid, mask, tau=0.8, kappa_pos=0.0, kappa_neg=1.5)
-    assert_close(loss, _naive(lp, lp_ref, pol, tid, mask, 0.8, 0.0, 1.5))
+    loss, _ = tlm_dre(lp, lp_ref, pol, tid, mask, tau=0.8, kappa_pos=0.0, kappa_neg=1.5, turn_norm=turn_norm)
+    assert_close(loss, _naive(lp, lp_ref, pol, tid, mask, 0.8, 0.0, 1.5, turn_norm))
     assert bool((loss[~mask] == 0).all()) and bool((loss[3] == 0).all())
+
+
+def _two_turns():
+    # one positive dialogue: [masked lead] turn 0 (2 tokens) [user message, turn id −1] turn 1 (10 tokens)
+    # [masked trailing pad]; equal reference log-probs −1 everywhere, so c_0 = c_1 = −1 and λ = [1, 1];
+    # lp = lp_ref (u = 0), κ₊ = 0: ψ' = 1, each token's ∂ℓ/∂lp = −λ·ω
+    tid = torch.tensor([[-1, 0, 0, -1] + [1] * 10 + [-1]])
+    mask = tid >= 0
+    lp_ref = torch.full(tid.shape, -1.0, dtype=F)
+    lp = torch.where(mask, lp_ref, torch.tensor(9.0, dtype=F))  # garbage at masked positions
+    return lp, lp_ref, tid, mask
+
+
+def test_a_short_decisive_turn_is_not_drowned_by_a_verbose_one():
+    # token_mean over N_tok = 12 counted tokens, K = 2 turns, |y| = 12:
+    #   turn_norm = turn:  ω = 12/(2·2) = 3 on turn 0, 12/(2·10) = 0.6 on turn 1
+    #                      ∂L/∂lp = −3/12 = −0.25 per turn-0 token, −0.6/12 = −0.05 per turn-1 token
+    #                      per turn: 2·(−0.25) = −0.5 and 10·(−0.05) = −0.5: equal
+    #   turn_norm = token: ∂L/∂lp = −1/12 per token; per turn −2/12 and −10/12 (5× for the verbose turn)
+    want = {"turn": (-0.25, -0.05, -0.5, -0.5), "token": (-1 / 12, -1 / 12, -2 / 12, -10 / 12)}
+    for norm, (g0, g1, t0, t1) in want.items():
+        lp, lp_ref, tid, mask = _two_turns()
+        lp.requires_grad_(True)
+        loss, _ = tlm_dre(lp, lp_ref, torch.ones(1, dtype=F), tid, mask, tau=1.0, kappa_pos=0.0, kappa_neg=1.0,
+                          turn_norm=norm)
+        agg.aggregate(loss, mask, "token_mean").backward()
+        gr = lp.grad[0]
+        assert_close(gr[1:3], torch.full((2,), g0, dtype=F), rtol=1e-12, atol=0)
+        assert_close(gr[4:14], torch.full((10,), g1, dtype=F), rtol=1e-12, atol=0)
+        assert math.isclose(float(gr[1:3].sum()), t0, rel_tol=1e-12)
+        assert math.isclose(float(gr[4:14].sum()), t1, rel_tol=1e-12)
+        assert float(gr[0]) == 0.0 and float(gr[3]) == 0.0 and float(gr[14]) == 0.0  # masked positions
+
+
+def test_the_method_normalizes_per_turn_by_default():
+    from policylab import methods
+
+    m = methods.get("tlm_dre")
+    assert m.p.turn_norm == "turn"
+    with pytest.raises(PolicylabError, match="turn_norm"):
+        methods.get("tlm_dre").with_params({"turn_norm": "sequence"})
+
+
+def test_equal_turn_lengths_give_the_per_token_form():
+    # ω = |y|/(K·|turn|) = 1 when every turn of a row has the same length: both forms agree
+    lp_ref = torch.tensor([[-0.2, -0.4, -1.0, -3.0, 0.0]], dtype=F)
+    lp = lp_ref + torch.tensor([[0.1, -0.3, 0.2, 0.5, 0.0]], dtype=F)
+    tid = torch.tensor([[0, 0, 1, 1, -1]])
+    mask = tid >= 0
+    a, _ = tlm_dre(lp, lp_ref, -torch.ones(1, dtype=F), tid, mask, tau=1.0, kappa_pos=0.0, kappa_neg=1.0)
+    b, _ = tlm_dre(lp, lp_ref, -torch.ones(1, dtype=F), tid, mask, tau=1.0, kappa_pos=0.0, kappa_neg=1.0,
+                   turn_norm="token")
+    assert torch.equal(a, b)
 
 
 def test_symmetric_limit_and_gradients_by_polarity():
@@ -86,7 +143,7 @@ def test_symmetric_limit_and_gradients_by_polarity():
     assert_close(neg, -pos)  # ψ₊ = ψ₋: the symmetric variant
     leaf = lp.clone().requires_grad_(True)
     pol = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=F)
-    loss, _ = tlm_dre(leaf, lp_ref, pol, tid, mask, tau=1.0, kappa_pos=0.0, kappa_neg=1.0)
+    loss, _ = tlm_dre(leaf, lp_ref, pol, tid, mask, tau=1.0, kappa_pos=0.0, kappa_neg=1.0, turn_norm="token")
     loss.sum().backward()
     c, present = turn_confidence(lp_ref, tid, mask)
     lam = turn_weights(c, present, tau=1.0)

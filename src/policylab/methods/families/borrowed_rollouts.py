@@ -135,27 +135,37 @@ def peer_exchange(n_prompts: int, ctx: StageContext) -> Sampled:
 
 
 def compat_weight(inp: LossInputs, p) -> Weighting:
-    """Imported rows below the compatibility threshold get weight 0 (they stay in their
-    group's advantage and in the normalizer); every other row weight 1."""
-    keep = inp.batch.extras.get("graft_keep")
-    if keep is None:
-        raise PolicylabError("graft needs extras['graft_keep'] (written by its peer-exchange source)")
-    return Weighting(weight=keep.to(inp.logp.dtype))
+    """The weight of each row's clipped surrogate (`mixed.graft_row_weight`): a borrowed
+    row weighs min(c_i, graft_compat_cap) — its compatibility, a truncated importance weight
+    of the receiver against the peer that sampled it — and 0 below graft_min_compat (it
+    stays in its group's advantage and in the normalizer); a native row weighs 1."""
+    compat = inp.batch.extras.get("graft_compat")
+    if compat is None:
+        raise PolicylabError("graft needs extras['graft_compat'] (written by its peer-exchange source)")
+    w = K.graft_row_weight(compat.double(), inp.batch.source_rows("peer"), min_compat=p.graft_min_compat,
+                           cap=p.graft_compat_cap)
+    return Weighting(weight=w.to(inp.logp.dtype))
 
 
 def graft_round(batch: RolloutBatch, ctx: StageContext):
     peer = batch.source_rows("peer")
     c = batch.extras["graft_compat"][peer]
+    w = K.graft_row_weight(batch.extras["graft_compat"].double(), peer, min_compat=ctx.p.graft_min_compat,
+                           cap=ctx.p.graft_compat_cap)[peer]
     return {}, {"graft/borrowed_groups": float(torch.unique(batch.group[peer]).numel()),
                 "graft/compat_mean": float(c.mean()) if c.numel() else 1.0,
+                "graft/borrowed_weight_mean": float(w.mean()) if w.numel() else 1.0,
                 "graft/dropped_rows": float((batch.extras["graft_keep"][peer] == 0).sum())}
 
 
 PEER_EXCHANGE = Stage("source", peer_exchange, kernels=(K.graft_should_borrow, K.graft_compatibility),
                       params=("graft_min_compat",),
                       writes=NATIVE_WRITES + ("extras.graft_compat", "extras.graft_keep"))
-COMPAT_WEIGHT = Stage("correction", compat_weight, reads=("extras.graft_keep",))
-GRAFT_ROUND = Stage("round", graft_round, reads=("source", "extras.graft_compat"))
+COMPAT_WEIGHT = Stage("correction", compat_weight, kernels=(K.graft_row_weight,),
+                      params=("graft_min_compat", "graft_compat_cap"),
+                      reads=("source", "extras.graft_compat"))
+GRAFT_ROUND = Stage("round", graft_round, kernels=(K.graft_row_weight,), params=("graft_min_compat", "graft_compat_cap"),
+                    reads=("source", "extras.graft_compat"))
 
 
 # ----------------------------------------------------------------------------- ERILS
@@ -253,21 +263,30 @@ register(policy_gradient_method(
                 "prompt (source peer:<model>), re-tokenized for the receiver and re-scored",
         learns="the receiver π_θ", reference="none",
         summary="import a whole mixed-outcome peer group when the receiver group all fails; advantages inside the "
-                "imported group; sequence compatibility c = exp(mean lp_recv − mean lp_peer), rows with c below a "
-                "threshold weighted 0; receiver-side clipped ratios",
-        not_established="that borrowed groups help beyond what the peer already knows; compatibility filtering does not "
+                "imported group; sequence compatibility c = exp(mean lp_recv − mean lp_peer) (the peer is the "
+                "behavior μ of borrowed rows); a borrowed row's clipped surrogate is weighted min(c, cap), 0 below a "
+                "threshold, so a less compatible row moves the policy less; receiver-side clipped ratios π_θ/π_old",
+        not_established="that borrowed groups help beyond what the peer already knows; compatibility weighting does not "
                         "make the two policies the same",
-        unconfirmed=("title and id (not found)", "compatibility threshold graft_min_compat", "dropped rows weighted 0 and "
-                     "kept in the normalizer (library decision)"),
+        unconfirmed=("title and id (not found)", "compatibility threshold graft_min_compat",
+                     "how the paper bounds a borrowed row's update: here the decoupled form −min(c, cap)·clipped "
+                     "surrogate of π_θ/π_old, c the per-token geometric mean of π_old/μ over the row, cap "
+                     "graft_compat_cap = 1 (library decision; the reasons are in kernels.mixed.graft_row_weight)",
+                     "dropped rows weighted 0 and kept in the normalizer (library decision)"),
         confirmed="borrowing only when the receiver group all fails and the peer group is mixed; the whole group is "
                   "imported (no API takes one success alone); means in each model's own tokenization, position-wise "
-                  "subtraction across tokenizations of different lengths raises (tested)",
+                  "subtraction across tokenizations of different lengths raises (tested); a kept borrowed row of "
+                  "compatibility 0.5 gets half the gradient of one of compatibility 1, and the clip acts on borrowed "
+                  "rows as on native ones (hand-worked, tested; until issue 24 every kept row weighed 1, so the "
+                  "peer's log-probs never entered the loss)",
     ),
     source=PEER_EXCHANGE, round_=(GRAFT_ROUND, SOURCE_METRICS), corrections=(COMPAT_WEIGHT,),
     advantage=adv.GRPO, objective=losses.PPO_CLIP, aggregation="seq_mean_token_mean",
     params=clip(0.2, 0.2) + group_std() + (
         Param("graft_min_compat", float, 0.1, "threshold on the sequence compatibility c_i (inclusive: c >= it is kept)",
               check=non_negative),
+        Param("graft_compat_cap", float, 1.0, "cap on a kept borrowed row's weight min(c_i, cap) (1: a borrowed row "
+              "never weighs more than a native one)", check=positive),
         _model_param("peer_model", "peer")),
     model=(_PEER_MODEL,), state=(_PEER_STATE,), kl=(0.0, "k3", "loss"), min_group_size=2,
 ))

@@ -95,14 +95,22 @@ def expert_prefix(n_prompts: int, ctx: StageContext) -> Sampled:
     continued by the learner. A guided row whose text fails the verifier is rolled back to
     the full expert trace (source "expert"). Guided rows stay "guided" whatever fraction
     of their tokens the learner wrote; the prefix tokens are context (in the loss only with
-    train_prefix)."""
+    train_prefix).
+
+    Only a verified expert trace is used: every trace is scored by the verifier first, and a
+    prompt whose trace fails it (a dataset solution with a wrong final answer) gets neither
+    a prefix nor a rollback: its k rows are plain rollouts (source native). The refusals
+    are counted per batch (extras["moer_unverified"], metric moer/unverified_traces)."""
     G, k = ctx.run.group_size, int(ctx.p.guided_per_group)
     examples, prompts, groups = draw_prompts(n_prompts, ctx)
     nat = generate_groups(ctx, prompts, groups, G - k)
     parts = [(nat, ctx.rollout.decode(nat), repeat_each(examples, G - k))]
-    traces = [response_ids(ctx.tokenizer, guidance.worked_solution(e)) for e in examples]
+    solutions = [guidance.worked_solution(e) for e in examples]
+    _, _, verified = ctx.score(solutions, list(examples))
+    verified = [bool(v) for v in verified.tolist()]
+    traces = [response_ids(ctx.tokenizer, t) for t in solutions]
     frac = prefix_fraction(ctx.step, ctx.p)
-    plen = [int(math.floor(frac * (len(t) - 1))) for t in traces]
+    plen = [int(math.floor(frac * (len(t) - 1))) if ok else 0 for t, ok in zip(traces, verified)]
     guided = generate_groups(ctx, [p + t[:n] for p, t, n in zip(prompts, traces, plen)], groups, k)
     pad = pad_id(ctx)
     resp, lpb, counted, src, prod, texts, ex_rows, prm, grp, idx = [], [], [], [], [], [], [], [], [], []
@@ -120,19 +128,21 @@ def expert_prefix(n_prompts: int, ctx: StageContext) -> Sampled:
         texts.append(ctx.decode(full) if plen[i] > 0 else g_texts[r])
         ex_rows.append(examples[i]), prm.append(prompts[i]), grp.append(groups[i]), idx.append(i)
     _, _, ok = ctx.score(texts, ex_rows)
-    for r in range(len(resp)):  # selective rollback: only a failed guided continuation
-        if src[r] == "guided" and not bool(ok[r]):
+    for r in range(len(resp)):  # selective rollback: only a failed guided continuation, to a verified trace
+        if src[r] == "guided" and not bool(ok[r]) and verified[idx[r]]:
             i = idx[r]
             resp[r], lpb[r], counted[r], src[r] = traces[i], [0.0] * len(traces[i]), 0, "expert"
             prod[r] = guidance.solver_id(examples[i])
-            texts[r] = guidance.worked_solution(examples[i])
+            texts[r] = solutions[i]
     gb = build_rows(prm, resp, group=grp, source=src, producer=prod, policy_version=ctx.policy_version,
                     batch_id=ctx.batch_tag, sampling=ctx.sampling, engine=nat.engine, pad_id=pad,
                     counted_from=counted, logp_behavior=lpb, prompt_index=idx)
     gb = gb.replace(extras={**gb.extras, "truncated": guided.extras["truncated"].clone()})
     parts.append((gb, texts, ex_rows))
     s = assemble(parts, batch_id=ctx.batch_tag, group_order=groups, prompt_ids=prompts, group_examples=list(examples))
-    s.batch = s.batch.replace(extras={**s.batch.extras, "moer_prefix_frac": torch.full((s.batch.size,), frac)})
+    unverified = float(sum(not v for v in verified))
+    s.batch = s.batch.replace(extras={**s.batch.extras, "moer_prefix_frac": torch.full((s.batch.size,), frac),
+                                      "moer_unverified": torch.full((s.batch.size,), unverified)})
     return s
 
 
@@ -148,18 +158,19 @@ def unit_ratio(inp: LossInputs, p) -> Weighting:
 def moer_round(batch: RolloutBatch, ctx: StageContext):
     return {}, {"moer/prefix_frac": float(batch.extras["moer_prefix_frac"][0]) if batch.size else 0.0,
                 "moer/rollback_rows": float(batch.source_rows("expert").sum()),
-                "moer/guided_rows": float(batch.source_rows("guided").sum())}
+                "moer/guided_rows": float(batch.source_rows("guided").sum()),
+                "moer/unverified_traces": float(batch.extras["moer_unverified"][0]) if batch.size else 0.0}
 
 
 EXPERT_PREFIX = Stage("source", expert_prefix, kernels=(guidance.worked_solution,),
                       params=("guided_per_group", "prefix_frac", "prefix_decay_steps", "train_prefix"),
-                      writes=NATIVE_WRITES + ("extras.moer_prefix_frac",))
+                      writes=NATIVE_WRITES + ("extras.moer_prefix_frac", "extras.moer_unverified"))
 
 
 UNIT_RATIO = Stage("correction", unit_ratio, kernels=(K.unit_ratio_denominator,), reads=("logp", "source"))
 
 
-MOER_ROUND = Stage("round", moer_round, reads=("source", "extras.moer_prefix_frac"))
+MOER_ROUND = Stage("round", moer_round, reads=("source", "extras.moer_prefix_frac", "extras.moer_unverified"))
 
 
 register(policy_gradient_method(
@@ -206,9 +217,13 @@ register(policy_gradient_method(
                         "worked solutions",
         unconfirmed=("title and id (not found)", "whether the expert-prefix tokens of a guided trace are in the loss "
                      "(train_prefix, default false)", "the prefix schedule (linear decay of prefix_frac over "
-                     "prefix_decay_steps: library decision)", "guided rows per group"),
+                     "prefix_decay_steps: library decision)", "guided rows per group",
+                     "a prompt whose expert trace fails the verifier: its k rows become plain rollouts (neither "
+                     "prefix nor rollback; library decision)"),
         confirmed="unit ratio value 1 with gradient ∇lp (tested); a guided trace stays guided; rollback only on a "
-                  "failed continuation; the schedule never lengthens (tested)",
+                  "failed continuation and only to a verified expert trace: every trace is scored by the verifier "
+                  "before use, refusals counted in moer/unverified_traces (tested; until issue 24 an unverified "
+                  "trace could become an expert row); the schedule never lengthens (tested)",
     ),
     source=EXPERT_PREFIX, round_=(MOER_ROUND, SOURCE_METRICS), corrections=(UNIT_RATIO,),
     advantage=adv.DR_GRPO, objective=losses.PPO_CLIP, aggregation="token_mean",

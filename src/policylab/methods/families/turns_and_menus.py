@@ -225,11 +225,12 @@ def tlm_dre(inp: LossInputs, p):
     inp.batch.require("tlm_dre", "logp_ref")
     turn_ids = inp.batch.extras.get("turn_ids")
     return tlm_k.tlm_dre(inp.logp, inp.logp_ref, inp.adv, turn_ids, inp.mask, tau=p.turn_tau,
-                         kappa_pos=p.kappa_pos, kappa_neg=p.kappa_neg)
+                         kappa_pos=p.kappa_pos, kappa_neg=p.kappa_neg, turn_norm=p.turn_norm)
 
 
-TLM_DRE = Stage("objective", tlm_dre, kernels=(tlm_k.tlm_dre, tlm_k.turn_weights),
-                params=("turn_tau", "kappa_pos", "kappa_neg"), reads=("logp", "logp_ref", "extras.turn_ids"),
+TLM_DRE = Stage("objective", tlm_dre, kernels=(tlm_k.tlm_dre, tlm_k.turn_weights, tlm_k.turn_token_weights),
+                params=("turn_tau", "kappa_pos", "kappa_neg", "turn_norm"),
+                reads=("logp", "logp_ref", "extras.turn_ids"),
                 inert_at_zero_adv=True)
 
 
@@ -267,22 +268,32 @@ register(policy_gradient_method(
         samples="rollout engine at the current weights, a whole dialogue per sample (the multi-turn source)",
         learns=_ROLES["learns"], reference="frozen π_ref: its turn confidence sets the turn weights, and the token "
                                            "terms act on log(π_θ/π_ref)",
-        summary="turn weights decreasing in the reference's mean log-prob of the turn; positive trajectories push "
-                "log(π_θ/π_ref) up, negative ones down with a saturating curve",
+        summary="turn weights decreasing in the reference's mean log-prob of the turn; each turn normalized by its "
+                "own length before it is weighted (turn_norm = turn), so a short decisive turn is not drowned by a "
+                "verbose one; positive trajectories push log(π_θ/π_ref) up, negative ones down with a saturating "
+                "curve",
         not_established="low reference likelihood is not wrongness; no tool environment is provided (a two-turn "
                         "arithmetic dialogue stands in)",
         unconfirmed=("arXiv id", "λ = K·softmax(−c/τ) over a trajectory's turns", "ψ curves (linear / tanh(κu)/κ)",
                      "polarity from the verifier's outcome with an inclusive threshold", "turn_tau, kappa_pos, "
-                     "kappa_neg defaults (library decisions)"),
+                     "kappa_neg defaults (library decisions)", "the exact per-turn normalization: token weight "
+                     "|y_i|/(K_i·|turn_k|) under the token mean, so each trajectory keeps its token-mean share and "
+                     "splits it over its turns by λ_k/K_i (library decision; turn_norm = token restores the plain "
+                     "per-token mean used until issue 24)"),
         confirmed="from the paper's abstract (ACL ARR 2026 January submission, OpenReview Z8U7gDyF73; no arXiv id "
                   "found): different weights on the turns of a trajectory, asymmetric token-level training for "
-                  "positive and negative samples; the specification's invariants are tested",
+                  "positive and negative samples; the specification's invariants are tested; a 2-token turn next "
+                  "to a 10-token turn of equal confidence gets the same share of the gradient (tested; the per-token "
+                  "mean gave it 1/5)",
     ),
     source=MULTI_TURN, advantage=adv.VERDICT, objective=TLM_DRE, aggregation="token_mean",
     params=(Param("turn_tau", float, 1.0, "τ of the turn weights K·softmax(−c_k/τ)", check=positive),
             Param("kappa_pos", float, 0.0, "κ₊ of ψ for positive trajectories (0: linear)", check=non_negative),
             Param("kappa_neg", float, 1.0, "κ₋ of ψ for negative trajectories (tanh(κu)/κ saturates the push-down)",
                   check=non_negative),
+            Param("turn_norm", str, "turn", "turn: normalize each turn by its length, then weight turns (a token "
+                  "weighs |y_i|/(K_i·|turn_k|) under the token mean); token: the plain per-token mean (a turn weighs "
+                  "by its length)", choices=tlm_k.TURN_NORMS),
             _VERDICT),
     kl_placements=("loss",), exercise={"task": {"name": "two_turn_arithmetic"}},
 ))
