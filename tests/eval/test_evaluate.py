@@ -65,3 +65,44 @@ def test_a_non_finite_score_is_refused_with_the_reply(tiny_model, tokenizer, bad
 def test_a_verifier_returning_the_wrong_number_of_scores_is_refused(tiny_model, tokenizer):
     with pytest.raises(PolicylabError, match=r"returned \(1,\) scores for 4 held-out replies"):
         _run(tiny_model, tokenizer, lambda r, a, **_: [1.0])
+
+
+def test_the_verifier_sees_each_replys_own_prompt_as_in_training(tiny_model, tokenizer):
+    # the prompts reach the verifier as `prompts=`, repeated per sample, so an echo-only reply is
+    # judged as the training reward judges it; without prompt_texts the verifier gets no prompts
+    got = []
+
+    def fn(responses, answers, prompts=None, **_):
+        got.append(prompts)
+        return [0.0] * len(responses)
+
+    texts = [f"What is {i} + 1?" for i in range(3)]
+    _run(tiny_model, tokenizer, fn, prompt_texts=texts)
+    assert got == [[texts[0], texts[0], texts[1], texts[1]], [texts[2], texts[2]]]
+    got.clear()
+    _run(tiny_model, tokenizer, fn)
+    assert got == [None, None]
+    with pytest.raises(PolicylabError, match="prompt_texts has 2 entries for 3 prompts"):
+        _run(tiny_model, tokenizer, fn, prompt_texts=texts[:2])
+
+
+def test_an_echo_only_reply_scores_zero_in_evaluation(tokenizer):
+    # an engine whose every reply is its prompt: "What is 0 + 42?" ends with the gold 42; the
+    # exact-numeric verifier removes the echo when it knows the prompt (training does), so the
+    # evaluator must hand it the prompt too
+    import torch
+
+    from policylab.kernels.rewards.verifiers import exact_numeric_reward
+
+    class Echo:
+        def generate(self, prompts, *, group_size, **_):
+            self.prompts = [p for p in prompts for _ in range(group_size)]
+            return type("B", (), {"response_lengths": torch.ones(len(self.prompts), dtype=torch.long)})()
+
+        def decode_responses(self, batch):
+            return [tokenizer.decode(p) for p in self.prompts]
+
+    text = "What is 0 + 42?"
+    ids = [tokenizer.encode(text)]
+    assert evaluate(Echo(), ids, ["42"], exact_numeric_reward)["accuracy"] == 1.0  # the hole without prompts
+    assert evaluate(Echo(), ids, ["42"], exact_numeric_reward, prompt_texts=[text])["accuracy"] == 0.0

@@ -18,7 +18,7 @@ from policylab.batch import SamplingSettings
 def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *, samples: int = 1,
              k: tuple[int, ...] = (1,), temperature: float = 1.0, max_new_tokens: int = 32,
              batch_size: int = 64, seed: int = 1234, progress=None, counts: bool = False,
-             solved_at: float = 1.0) -> dict:
+             solved_at: float = 1.0, prompt_texts: list[str] | None = None) -> dict:
     """Sample `samples` replies per prompt and score them with `reward_fn` against the
     gold `answers` (the evaluator: the only place gold is read). `counts=True` adds
     "correct_per_prompt", the number of correct samples of each prompt, in order (what
@@ -28,11 +28,15 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
     Verifiers with partial credit (reasoning-gym scorers give e.g. 0.5 for a near miss)
     count as correct only at full credit in accuracy and pass@k; the mean score over all
     samples, partial credit included, is `mean_reward`. A non-finite score is refused
-    (it names the reply), never averaged in."""
+    (it names the reply), never averaged in. `prompt_texts` (the prompts as text, one per
+    prompt) reach the verifier as `prompts=`, as in training, so a reply that only echoes
+    its prompt is judged the same way in both."""
     from policylab.errors import PolicylabError
     from policylab.kernels.metrics import pass_at_k
 
     n_prompts = len(prompts)
+    if prompt_texts is not None and len(prompt_texts) != n_prompts:
+        raise PolicylabError(f"prompt_texts has {len(prompt_texts)} entries for {n_prompts} prompts")
     correct = torch.zeros(n_prompts)
     lengths, total, score_sum = [], 0, 0.0
     sampling = SamplingSettings(temperature=temperature)
@@ -46,7 +50,8 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
             )
             texts = engine.decode_responses(batch)
             golds = [a for a in answers[sl] for _ in range(samples)]
-            r = torch.as_tensor(reward_fn(texts, golds), dtype=torch.float32)
+            context = {} if prompt_texts is None else {"prompts": [q for q in prompt_texts[sl] for _ in range(samples)]}
+            r = torch.as_tensor(reward_fn(texts, golds, **context), dtype=torch.float32)
             if r.shape != (len(texts),):
                 raise PolicylabError(f"the verifier returned {tuple(r.shape)} scores for {len(texts)} held-out replies")
             bad = (~torch.isfinite(r)).nonzero().flatten().tolist()

@@ -60,7 +60,8 @@ def sampled(trainer, label: str) -> dict:
     trainer.model.eval()
     res = evaluate(trainer.engine, prompts, [x.answer for x in examples], trainer.task.reward_fn,
                    samples=e.samples, k=tuple(e.k), temperature=e.temperature, max_new_tokens=e.max_new_tokens,
-                   batch_size=e.batch_size, seed=trainer.cfg.seed + 999, counts=True)
+                   batch_size=e.batch_size, seed=trainer.cfg.seed + 999, counts=True,
+                   prompt_texts=[x.prompt for x in examples])
     trainer.model.train()
     res["label"] = label
     res["task_ids"] = [x.prompt for x in examples]

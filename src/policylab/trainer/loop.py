@@ -346,7 +346,8 @@ class Trainer:
         self.model.eval()
         res = evaluate(self.engine, prompts, [x.answer for x in examples], self.task.reward_fn,
                        samples=e.samples, k=tuple(e.k), temperature=e.temperature,
-                       max_new_tokens=e.max_new_tokens, batch_size=e.batch_size, seed=self.cfg.seed + 999)
+                       max_new_tokens=e.max_new_tokens, batch_size=e.batch_size, seed=self.cfg.seed + 999,
+                       prompt_texts=[x.prompt for x in examples])
         self.model.train()
         res["label"] = label
         return res
