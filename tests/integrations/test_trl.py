@@ -287,3 +287,25 @@ def test_the_readme_trl_snippet_runs_as_written_on_cpu(tmp_path, tiny_model_dir,
     assert trainer.policylab_method.name == "cispo" and trainer.policylab_method.p["eps_high"] == 0.28
     assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
     assert (tmp_path / "out").is_dir()
+
+
+def test_policylab_method_rewards_as_trl_reward_functions(tmp_path, tiny_model_dir):
+    from policylab.integrations.rewards import trl_reward_func
+
+    rlcr = trl_reward_func("rlcr")
+    # hand-worked RLCR: R = c - (q - c)^2; no parseable confidence: c - 1
+    got = rlcr(prompts=["p"] * 3, completions=["42 Confidence: 0.8", "41 Confidence: 0.9", "42"],
+               answer=["42", "42", "42"])
+    assert got == pytest.approx([0.96, -0.81, 0.0], abs=1e-6)
+    # TTRL's majority vote within each group of num_generations (no gold read): groups [3,3,4,5], [7,8,8,8]
+    ttrl = trl_reward_func("ttrl", num_generations=4)
+    got = ttrl(prompts=["p"] * 8, completions=["3", "3", "4", "5", "7", "8", "8", "8"], answer=["0"] * 8)
+    assert got == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    with pytest.raises(PolicylabError, match="no `answer` column"):
+        rlcr(prompts=["p"], completions=["1"], solution=["1"])
+    # inside a real PolicylabGRPOTrainer run (the tiny model's replies parse no confidence: c - 1)
+    trainer = PT.PolicylabGRPOTrainer(method="rlcr", model=str(tiny_model_dir), reward_funcs=[rlcr],
+                                      args=_config(tmp_path, max_steps=1),
+                                      train_dataset=Dataset.from_list([{"prompt": "What is 2 + 2?", "answer": "4"}] * 8))
+    trainer.train()
+    assert trainer.state.global_step == 1

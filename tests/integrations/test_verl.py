@@ -430,3 +430,49 @@ def test_integrations_command_reports_verl_and_a_plug_in_that_did_not_load(monke
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")  # verl skips every entry point
     text, ok = report()
     assert not ok and "PLUG-IN PROBLEM" in text and "expected but not registered: policylab_cispo" in text
+
+
+# ----------------------------------------------------------------------------- the reward path
+
+
+def test_verl_reward_manager_runs_policylab_rlcr_reward(tiny_model_dir):
+    """verl's reward path as its trainer loads it: `reward.custom_reward_function` in the
+    Hydra config -> `get_custom_reward_fn` -> verl's NaiveRewardManager decoding each
+    response and calling policylab's compute_score, which runs RLCR's own reward stage."""
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    cfg = _compose(["reward.custom_reward_function.path=pkg://policylab.integrations.rewards",
+                    "reward.custom_reward_function.name=compute_score",
+                    "+reward.custom_reward_function.reward_kwargs.method=rlcr",
+                    "+reward.custom_reward_function.reward_kwargs.verifier=exact_numeric"])
+    fn = get_custom_reward_fn(cfg)
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    replies = ["42 Confidence: 0.8", "41 Confidence: 0.9", "42", "7 Confidence: 120%"]
+    gold = ["42", "42", "42", "7"]
+    ids = [tok(r, add_special_tokens=False)["input_ids"] for r in replies]
+    T, P = max(map(len, ids)), 2
+    resp = torch.zeros(4, T, dtype=torch.long)
+    attn = torch.zeros(4, P + T, dtype=torch.long)
+    attn[:, :P] = 1
+    for i, x in enumerate(ids):
+        resp[i, :len(x)] = torch.tensor(x)
+        attn[i, P:P + len(x)] = 1
+    data = DataProto.from_dict(tensors={"prompts": torch.ones(4, P, dtype=torch.long), "responses": resp,
+                                        "attention_mask": attn},
+                               non_tensors={"data_source": np.array(["arith"] * 4, dtype=object),
+                                            "reward_model": np.array([{"ground_truth": g} for g in gold],
+                                                                     dtype=object)})
+    out = NaiveRewardManager(tok, 0, compute_score=fn)(data)
+    last = torch.tensor([len(x) - 1 for x in ids])
+    got = out[torch.arange(4), last].double()
+    # hand-worked R = c - (q - c)^2, c - 1 (RLCR's invalid_confidence_penalty) when q does not parse:
+    # 1 - 0.2^2 = 0.96; 0 - 0.9^2 = -0.81; no confidence: 1 - 1 = 0; 120% is out of range: 1 - 1 = 0
+    torch.testing.assert_close(got, torch.tensor([0.96, -0.81, 0.0, 0.0], dtype=torch.float64), rtol=0, atol=1e-6)
+    assert float(out.sum() - got.sum()) == 0.0  # nothing but the last token of each response
+    # a group-coupled reward stage is refused by the per-response hook, naming it
+    from policylab.integrations.rewards import compute_score
+
+    with pytest.raises(PolicylabError, match="majority_vote score a reply against its group"):
+        compute_score("arith", "3", "3", method="ttrl")
