@@ -476,3 +476,13 @@ def test_verl_reward_manager_runs_policylab_rlcr_reward(tiny_model_dir):
 
     with pytest.raises(PolicylabError, match="majority_vote score a reply against its group"):
         compute_score("arith", "3", "3", method="ttrl")
+
+
+def test_every_registered_name_is_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    names = PV.REGISTERED["policy_losses"] + PV.REGISTERED["advantage_estimators"]
+    missing = [n for n in names if f"`{n}`" not in doc]
+    assert not missing, f"registered in verl but not in docs/integrations.md: {missing}"
+    assert f"The {len(PV.REGISTERED['policy_losses'])} policy\nlosses:" in doc
