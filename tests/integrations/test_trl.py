@@ -4,6 +4,7 @@ equal to the one-process run on the same global batch."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import subprocess
@@ -75,15 +76,64 @@ def _loss_and_grad(fn, trainer, inputs):
     return loss.detach(), grad
 
 
-@pytest.mark.parametrize("method,params,trl_kw", [
-    # k3 KL in the loss, beta 0.04 on both sides; TRL's default multiplies its KL by the ratio
-    ("grpo", {}, dict(loss_type="grpo", epsilon=0.2, use_bias_correction_kl=False)),
-    ("dapo", {}, dict(loss_type="dapo", epsilon=0.2, epsilon_high=0.28)),
-    ("dr_grpo", {}, dict(loss_type="dr_grpo", epsilon=0.2)),  # L_norm = max_completion_length
-    ("cispo", {"eps_high": 0.28}, dict(loss_type="cispo", epsilon_high=1.28)),  # TRL caps the ratio at 1.28
+# the GRPOConfig settings of TRL's own loss for each method, worked by hand from the two
+# codes: TRL clips the ratio to [1 - epsilon, 1 + epsilon_high] as policylab's eps_low /
+# eps_high do, and its CISPO caps the weight at epsilon_high itself where policylab caps it at
+# 1 + eps_high; beta is the KL coefficient only when the KL is in the loss (grpo's 0.04)
+HAND_MAPPED = [
+    ("grpo", {}, dict(loss_type="grpo", epsilon=0.2, epsilon_high=0.2, beta=0.04)),
+    ("dapo", {}, dict(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0)),
+    ("dr_grpo", {}, dict(loss_type="dr_grpo", epsilon=0.2, epsilon_high=0.2, beta=0.0)),
+    ("cispo", {"eps_high": 0.28}, dict(loss_type="cispo", epsilon_high=1.28, beta=0.0)),
+    ("cispo", {"eps_high": 4.0}, dict(loss_type="cispo", epsilon_high=5.0, beta=0.0)),  # ScaleRL's epsilon_max 5
+]
+
+
+@pytest.mark.parametrize("method,params,trl_kw", HAND_MAPPED)
+def test_parameter_names_map_explicitly_to_trl(method, params, trl_kw):
+    got = PT.trl_loss_args(method, params)
+    assert got.keys() == trl_kw.keys()
+    for k, v in trl_kw.items():
+        assert got[k] == v if isinstance(v, str) else got[k] == pytest.approx(v, rel=0, abs=1e-15), k
+
+
+def test_trl_loss_settings_that_disagree_with_the_method_are_refused_naming_the_parameter(tmp_path, tiny_model_dir):
+    # TRL's epsilon_high is not read by the replaced loss: 5.0 with policylab's default eps_high 0.28 disagrees
+    with pytest.raises(PolicylabError, match=r"epsilon_high=5\.0 -> set method_params\['eps_high'\] \(TRL's CISPO "
+                                             r"epsilon_high=5\.0 is policylab's cispo eps_high=4\)"):
+        _trainer(tmp_path, tiny_model_dir, "cispo", {}, loss_type="cispo", epsilon_high=5.0)
+    with pytest.raises(PolicylabError, match=r"loss_type='grpo' -> set the method itself"):
+        _trainer(tmp_path, tiny_model_dir, "dapo", {}, loss_type="grpo")
+    with pytest.raises(PolicylabError, match=r"beta=0\.1 -> set method_params\['kl_coef'\]"):
+        _trainer(tmp_path, tiny_model_dir, "grpo", {}, beta=0.1, use_bias_correction_kl=False)
+    with pytest.raises(PolicylabError, match=r"epsilon=0\.3 -> set method_params\['eps_low'\]"):
+        _trainer(tmp_path, tiny_model_dir, "dapo", {}, epsilon=0.3)  # dapo's eps_low is 0.2
+    with pytest.raises(PolicylabError, match=r"epsilon_high=0\.3"):  # tis has no TRL loss type: any change is dropped
+        _trainer(tmp_path, tiny_model_dir, "tis", {}, epsilon_high=0.3, use_vllm=False)
+    # the method's own values in TRL's terms are accepted
+    _trainer(tmp_path, tiny_model_dir, "cispo", {"eps_high": 4.0}, loss_type="cispo", epsilon_high=5.0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(method_params="x"), r"parameters of method `grpo` must be a mapping .* got str 'x'"),
+    (dict(method=None), r"`method` must be a policylab method name .* got NoneType None"),
+    (dict(method=3), r"got int 3"),
+    (dict(method="grpoo"), r"unknown method 'grpoo'\. Did you mean: grpo"),
+    (dict(method_params={1: 0.2}), r"parameter names of method `grpo` must be strings"),
 ])
+def test_bad_method_arguments_give_one_policylab_error(tmp_path, tiny_model_dir, kwargs, match):
+    kw = dict(method="grpo", method_params={}, model=str(tiny_model_dir), reward_funcs=[_reward],
+              args=_config(tmp_path, use_bias_correction_kl=False), train_dataset=_dataset())
+    kw.update(kwargs)
+    with pytest.raises(PolicylabError, match=match):
+        PT.PolicylabGRPOTrainer(**kw)
+
+
+@pytest.mark.parametrize("method,params,trl_kw", [(m, p, {k: v for k, v in kw.items() if k != "beta"})
+                                                  for m, p, kw in HAND_MAPPED[:4]])
 def test_the_loss_equals_trl_loss_type_on_the_same_batch(tmp_path, tiny_model_dir, method, params, trl_kw):
-    trainer = _trainer(tmp_path, tiny_model_dir, method, params, **trl_kw)
+    # TRL's default multiplies its KL by the ratio; grpo's k3 KL in the loss is plain
+    trainer = _trainer(tmp_path, tiny_model_dir, method, params, use_bias_correction_kl=False, **trl_kw)
     assert trainer.beta == (0.04 if method == "grpo" else 0.0)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 2
@@ -166,3 +216,100 @@ def test_two_process_data_parallel_update_equals_one_process(tmp_path, tiny_mode
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
         moved += float((a[k] - start[k]).abs().sum())
     assert moved > 0  # the step changed the weights
+
+
+# ----------------------------------------------------------------------------- logging, the README
+
+
+def _fixed_rollout(batch_prompts, trainer):
+    """Fixed completions per prompt and place in its group (TRL's rollout_func hook), so
+    two runs with different batch splits see the same generation batch."""
+    G = trainer.num_generations
+    tok = trainer.processing_class
+    comps = []
+    for i, p in enumerate(batch_prompts):
+        seed = sum(map(ord, p)) + 7 * (i % G)
+        g = torch.Generator().manual_seed(seed)
+        comps.append(torch.randint(10, 500, (3 + seed % 4,), generator=g).tolist())
+    return {"prompt_ids": [tok(p)["input_ids"] for p in batch_prompts], "completion_ids": comps, "logprobs": None}
+
+
+def _logged(tmp_path, tiny_model_dir, method, per_device, accumulation):
+    cfg = _config(tmp_path / f"{per_device}x{accumulation}", per_device_train_batch_size=per_device,
+                  gradient_accumulation_steps=accumulation, max_steps=1, shuffle_dataset=False,
+                  use_bias_correction_kl=False, lr_scheduler_type="constant", warmup_steps=0)
+    trainer = PT.PolicylabGRPOTrainer(method=method, model=str(tiny_model_dir), reward_funcs=[_reward], args=cfg,
+                                      train_dataset=_dataset(2), rollout_func=_fixed_rollout)
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "policylab/loss" in h]
+    return log["policylab/loss"], log["loss"]
+
+
+# a per-row normalizer (rows x accumulation) and a token one; (grpo's loss is 0 here: ratio 1 and
+# zero-mean group advantages in a sequence mean)
+@pytest.mark.parametrize("method", ["dr_grpo", "dapo"])
+def test_logged_loss_is_the_step_loss_with_and_without_gradient_accumulation(tmp_path, tiny_model_dir, method):
+    # one optimizer step on the same 8 completions: one micro-batch of 8, or two of 4 accumulated
+    ours_1, trl_1 = _logged(tmp_path, tiny_model_dir, method, 8, 1)
+    ours_2, trl_2 = _logged(tmp_path, tiny_model_dir, method, 4, 2)
+    assert abs(ours_1) > 1e-6  # not a comparison of zeros
+    # TRL's `loss` is the sum of the micro-batches' shares: the whole batch's loss either way
+    assert trl_2 == pytest.approx(trl_1, rel=1e-5, abs=1e-7)
+    # policylab's logged loss means the same: the step's loss (it was the mean of the shares, half of it here)
+    assert ours_1 == pytest.approx(trl_1, rel=1e-5, abs=1e-7)
+    assert ours_2 == pytest.approx(trl_2, rel=1e-5, abs=1e-7)
+
+
+def _readme_snippet() -> str:
+    text = (HERE.parents[1] / "README.md").read_text()
+    block = text.split("<!-- TRL-SNIPPET -->", 1)[1]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_trl_snippet_runs_as_written_on_cpu(tmp_path, tiny_model_dir, monkeypatch):
+    import policylab.models.loading as loading
+
+    code = _readme_snippet()
+    assert "PolicylabGRPOTrainer" in code and "use_cpu=not gpu" in code
+    assert not torch.cuda.is_available()  # the point of the test: this machine has no GPU
+    # the only substitution: the embedded SmolLM2 is replaced by the tiny random model
+    monkeypatch.setattr(loading, "materialize_embedded", lambda *a, **k: tiny_model_dir)
+    monkeypatch.chdir(tmp_path)
+    losses = []  # policylab's loss ran (the random tiny model earns reward 0, so nothing moves)
+    real = PT.PolicylabGRPOTrainer._compute_loss
+
+    def spy(self, model, inputs):
+        out = real(self, model, inputs)
+        losses.append(float(out.detach()))
+        return out
+
+    monkeypatch.setattr(PT.PolicylabGRPOTrainer, "_compute_loss", spy)
+    ns: dict = {"__name__": "readme_snippet"}
+    exec(compile(code, "README.md:TRL-SNIPPET", "exec"), ns)
+    trainer = ns["trainer"]
+    assert trainer.state.global_step == 2 and trainer.args.use_cpu and not trainer.args.bf16
+    assert trainer.policylab_method.name == "cispo" and trainer.policylab_method.p["eps_high"] == 0.28
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+    assert (tmp_path / "out").is_dir()
+
+
+def test_policylab_method_rewards_as_trl_reward_functions(tmp_path, tiny_model_dir):
+    from policylab.integrations.rewards import trl_reward_func
+
+    rlcr = trl_reward_func("rlcr")
+    # hand-worked RLCR: R = c - (q - c)^2; no parseable confidence: c - 1
+    got = rlcr(prompts=["p"] * 3, completions=["42 Confidence: 0.8", "41 Confidence: 0.9", "42"],
+               answer=["42", "42", "42"])
+    assert got == pytest.approx([0.96, -0.81, 0.0], abs=1e-6)
+    # TTRL's majority vote within each group of num_generations (no gold read): groups [3,3,4,5], [7,8,8,8]
+    ttrl = trl_reward_func("ttrl", num_generations=4)
+    got = ttrl(prompts=["p"] * 8, completions=["3", "3", "4", "5", "7", "8", "8", "8"], answer=["0"] * 8)
+    assert got == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+    with pytest.raises(PolicylabError, match="no `answer` column"):
+        rlcr(prompts=["p"], completions=["1"], solution=["1"])
+    # inside a real PolicylabGRPOTrainer run (the tiny model's replies parse no confidence: c - 1)
+    trainer = PT.PolicylabGRPOTrainer(method="rlcr", model=str(tiny_model_dir), reward_funcs=[rlcr],
+                                      args=_config(tmp_path, max_steps=1),
+                                      train_dataset=Dataset.from_list([{"prompt": "What is 2 + 2?", "answer": "4"}] * 8))
+    trainer.train()
+    assert trainer.state.global_step == 1

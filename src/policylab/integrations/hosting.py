@@ -67,7 +67,9 @@ class Engine:
                       (the hosted loss switches the policylab addend off)
     off_params        parameter -> value forced in the hosted loss (the engine's own
                       term replaces it), with the message given when a user sets another
-    conditional       field -> the engine setting without which the field is missing
+    requires          field -> the setting the user must make for the engine to supply it
+                      (without it the adapter refuses the run when it starts)
+    provides          field -> how the adapter obtains it itself (no user setting)
     """
 
     name: str
@@ -75,7 +77,8 @@ class Engine:
     advantage_fields: frozenset
     own_addends: Mapping[str, str] = field(default_factory=dict)
     off_params: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
-    conditional: Mapping[str, str] = field(default_factory=dict)
+    requires: Mapping[str, str] = field(default_factory=dict)
+    provides: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,12 +88,20 @@ class HostPlan:
     method: Method  # with the parameters the hosted loss uses
     engine: Engine
     reasons: list[str]  # why it cannot be hosted (empty: hostable)
-    needs: list[str]  # engine settings the hosted method relies on
+    requires: list[str]  # settings the user must make (the adapter refuses the run without them)
+    needs: list[str]  # what the adapter obtains from the engine by itself
     outside: list[str]  # stages the engine configuration must provide itself
 
     @property
     def hostable(self) -> bool:
         return not self.reasons
+
+    @property
+    def status(self) -> str:
+        """"hostable", "hostable with a requirement" or "refused"."""
+        if self.reasons:
+            return "refused"
+        return "hostable with a requirement" if self.requires else "hostable"
 
     def refusal(self) -> str:
         return (f"{self.engine.name} cannot host policylab method `{self.method.name}`: " + "; ".join(self.reasons))
@@ -113,8 +124,20 @@ def _hook(kind: str) -> str:
 def plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | None = None) -> HostPlan:
     """Check `method` (with `overrides` of its parameters, validated by the method) against
     `engine`; the returned plan's method has the engine's forced parameters applied."""
-    m = get(method) if isinstance(method, str) else method
+    if isinstance(method, Method):
+        m = method
+    elif isinstance(method, str):
+        m = get(method)  # an unknown name raises with close matches
+    else:
+        raise PolicylabError(f"{engine.name}: `method` must be a policylab method name (a string, e.g. 'grpo'; "
+                             f"`policylab methods` lists them), got {type(method).__name__} {method!r}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise PolicylabError(f"{engine.name}: the parameters of method `{m.name}` must be a mapping of parameter "
+                             f"name to value (e.g. {{'eps_high': 0.28}}), got {type(overrides).__name__} {overrides!r}")
     overrides = dict(overrides or {})
+    bad_keys = [k for k in overrides if not isinstance(k, str)]
+    if bad_keys:
+        raise PolicylabError(f"{engine.name}: parameter names of method `{m.name}` must be strings, got {bad_keys!r}")
     for name, (forced, why) in engine.off_params.items():
         if name in overrides and overrides[name] != forced and name in {q.name for q in m.params}:
             raise PolicylabError(f"method `{m.name}` parameter `{name}`={overrides[name]!r}: {why}")
@@ -122,6 +145,7 @@ def plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | No
     forced = {k: v for k, (v, _) in engine.off_params.items() if k in declared}
     m = m.with_params({**overrides, **forced})
     reasons: list[str] = []
+    requires: list[str] = []
     needs: list[str] = []
     outside: list[str] = []
     if m.source is not sources.ON_POLICY:
@@ -141,16 +165,19 @@ def plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | No
         reasons += _missing(s, engine.loss_fields, "addend", engine)
     reasons += _missing(m.advantage, engine.advantage_fields, "advantage", engine)
     used = {f for k in ("objective", "correction", "term", "addend") for s in m.active(k) for f in s.reads}
-    for f, setting in engine.conditional.items():
+    for f, setting in engine.requires.items():
         if f in used:
-            needs.append(setting)
+            requires.append(setting)
+    for f, how in engine.provides.items():
+        if f in used:
+            needs.append(how)
     for s in (*m.rewards, *m.filters):
         if s is reward_stages.VERIFIER:
             outside.append("rewards: the engine's reward function (policylab's task verifier is not run)")
         else:
             outside.append(f"{s.kind} stage `{s.name}` ({(s.fn.__doc__ or '').strip().splitlines()[0]}) is not "
                            f"run: the engine's reward function or group filter must provide it")
-    return HostPlan(m, engine, reasons, needs, outside)
+    return HostPlan(m, engine, reasons, requires, needs, outside)
 
 
 def plans(engine: Engine) -> dict[str, HostPlan]:
@@ -159,7 +186,16 @@ def plans(engine: Engine) -> dict[str, HostPlan]:
 
 
 def hostable(engine: Engine) -> list[str]:
+    """Every method the engine can host, with or without a setting it requires."""
     return [n for n, p in plans(engine).items() if p.hostable]
+
+
+def by_status(engine: Engine) -> dict[str, dict[str, HostPlan]]:
+    """Every registered method's plan, grouped by `HostPlan.status`."""
+    out: dict[str, dict[str, HostPlan]] = {"hostable": {}, "hostable with a requirement": {}, "refused": {}}
+    for n, p in plans(engine).items():
+        out[p.status][n] = p
+    return out
 
 
 def advantage_stages(engine: Engine) -> dict[str, tuple[Stage, Method]]:
@@ -209,5 +245,5 @@ def replace_state(method: Method, engine: Engine):
     return _NoState()
 
 
-__all__ = ["Engine", "HostPlan", "FIELD_MEANING", "plan", "plans", "hostable", "advantage_stages", "stage_params",
+__all__ = ["Engine", "HostPlan", "FIELD_MEANING", "plan", "plans", "hostable", "by_status", "advantage_stages", "stage_params",
            "replace_state"]

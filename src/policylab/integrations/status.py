@@ -1,13 +1,20 @@
-"""`policylab integrations`: which engines are installed, their versions, and which
-policylab names each has registered, checked by loading the plug-in the way the engine
-does (verl: a fresh interpreter that only runs `import verl`, so only verl's entry-point
-loading can register anything; TRL: importing the trainer subclass)."""
+"""`policylab integrations`: which engines are installed, their versions, which policylab
+names each has registered, and for every registered method whether the engine hosts it
+(hostable / hostable with a requirement the user must set / refused, with the reason).
+
+The plug-ins are checked by loading them the way the engine does (verl: a fresh
+interpreter that only runs `import verl`, so only verl's entry-point loading can register
+anything; TRL: importing the trainer subclass). The counts are computed from the method
+registry and compared with what the engine's registries hold."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 import sys
+
+from policylab.errors import PolicylabError
 
 _VERL_PROBE = r"""
 import json, sys
@@ -28,20 +35,26 @@ if not out["losses"]:
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
 try:
-    from policylab.integrations import hosting, verl as pv
-    out["expected"] = sorted(pv.loss_name(n) for n in hosting.hostable(pv.ENGINE))
-    out["refused"] = {n: p.refusal() for n, p in hosting.plans(pv.ENGINE).items() if not p.hostable}
+    from policylab.integrations import hosting
+    from policylab.integrations.verl import engine as pv
+    groups = hosting.by_status(pv.ENGINE)
+    out["expected"] = sorted(pv.loss_name(n) for n in pv.losses())
+    out["expected_estimators"] = sorted(pv.PREFIX + s for s in pv.estimators())
+    out["status"] = {k: {n: (p.refusal() if k == "refused" else "; ".join(p.requires)) for n, p in d.items()}
+                     for k, d in groups.items()}
+    if len(sys.argv) > 1:
+        out["card"] = pv.hosting_card(sys.argv[1])
 except Exception as e:
     out.setdefault("error", f"{type(e).__name__}: {e}")
 print(json.dumps(out))
 """
 
 
-def verl_status(python: str | None = None) -> dict:
+def verl_status(python: str | None = None, method: str | None = None) -> dict:
     """The verl probe run by `python` (default: this interpreter)."""
     try:
-        run = subprocess.run([python or sys.executable, "-c", _VERL_PROBE], capture_output=True, text=True,
-                             timeout=300)
+        run = subprocess.run([python or sys.executable, "-c", _VERL_PROBE, *([method] if method else [])],
+                             capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"installed": False, "error": f"could not run {python or sys.executable}: {exc}"}
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith("{")]
@@ -50,7 +63,7 @@ def verl_status(python: str | None = None) -> dict:
     return json.loads(lines[-1])
 
 
-def trl_status() -> dict:
+def trl_status(method: str | None = None) -> dict:
     try:
         import trl
     except Exception as exc:
@@ -61,23 +74,61 @@ def trl_status() -> dict:
         from policylab.integrations import trl as pt
 
         out["methods"] = pt.methods()
-        out["refused"] = {n: p.refusal() for n, p in hosting.plans(pt.ENGINE).items() if not p.hostable}
+        out["status"] = {k: {n: (p.refusal() if k == "refused" else "; ".join(p.requires)) for n, p in d.items()}
+                         for k, d in hosting.by_status(pt.ENGINE).items()}
+        if method:
+            out["card"] = pt.hosting_card(method)
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
+def check_method(name: str) -> None:
+    """Refuse a name that is not a registered method, with close matches."""
+    from policylab.methods import REGISTRY
+    from policylab.methods.registry import refuse_literature
+
+    if name in REGISTRY:
+        return
+    refuse_literature(name)
+    near = difflib.get_close_matches(name, list(REGISTRY), n=3, cutoff=0.4)
+    hint = f" Did you mean: {', '.join(near)}?" if near else ""
+    raise PolicylabError(f"integrations --method: unknown method {name!r}.{hint} `policylab methods` lists them all")
+
+
+def _groups(lines: list[str], status: dict, total: int) -> None:
+    """The three hosting groups of one engine, with counts that add up to `total`."""
+    host, req, ref = status["hostable"], status["hostable with a requirement"], status["refused"]
+    lines.append(f"  of the {total} registered methods: {len(host) + len(req)} hostable "
+                 f"({len(host)} as they are, {len(req)} with a requirement), {len(ref)} refused")
+    lines.append(f"  hostable ({len(host)}): {', '.join(sorted(host))}")
+    by_need: dict[str, list[str]] = {}
+    for n, need in sorted(req.items()):
+        by_need.setdefault(need, []).append(n)
+    for need, names in by_need.items():
+        lines.append(f"  hostable with a requirement ({len(names)}): {', '.join(names)}: requires {need}")
+    lines.append(f"  refused ({len(ref)}):")
+    for n, why in sorted(ref.items()):
+        lines.append(f"    {n}: {why}")
+
+
 def report(python: str | None = None, method: str | None = None) -> tuple[str, bool]:
     """The text `policylab integrations` prints, and whether every installed engine's
-    plug-in loaded with the expected names."""
+    plug-in loaded with the expected names. An unknown `method` is refused first."""
+    from policylab.methods import REGISTRY
+
+    if method is not None:
+        check_method(method)
+    total = len(REGISTRY)
     lines, ok = [], True
-    v = verl_status(python)
+    v = verl_status(python, method)
     where = f" (checked with {python})" if python else ""
     if not v.get("installed"):
         lines.append(f"verl: not installed{where}" + (f" ({v['error']})" if v.get("error") else "")
                      + "; pip install 'policylab[verl]' (or pass --python to the interpreter of verl's venv)")
     else:
-        good = bool(v["losses"]) and v["losses"] == v.get("expected") and not v.get("error")
+        good = (bool(v["losses"]) and v["losses"] == v.get("expected")
+                and v["estimators"] == v.get("expected_estimators") and not v.get("error"))
         ok &= good
         lines.append(f"verl {v['version']}{where}: {'OK' if good else 'PLUG-IN PROBLEM'}")
         lines.append(f"  entry points (verl.plugins): {', '.join(v['entry_points']) or 'none'}")
@@ -88,9 +139,9 @@ def report(python: str | None = None, method: str | None = None) -> tuple[str, b
         if v.get("expected") is not None and v["losses"] != v.get("expected"):
             missing = sorted(set(v["expected"]) - set(v["losses"]))
             lines.append(f"  expected but not registered: {', '.join(missing) or 'none'}")
-        for name, why in sorted(v.get("refused", {}).items()):
-            lines.append(f"  not hostable: {why}")
-    t = trl_status()
+        if v.get("status"):
+            _groups(lines, v["status"], total)
+    t = trl_status(method)
     if not t.get("installed"):
         lines.append("trl: not installed; pip install 'policylab[trl]'")
     else:
@@ -100,13 +151,10 @@ def report(python: str | None = None, method: str | None = None) -> tuple[str, b
         if t.get("error"):
             lines.append(f"  policylab.integrations.trl failed to load: {t['error']}")
         lines.append(f"  PolicylabGRPOTrainer methods ({len(t.get('methods', []))}): {', '.join(t.get('methods', []))}")
-        for name, why in sorted(t.get("refused", {}).items()):
-            lines.append(f"  not hostable: {why}")
+        if t.get("status"):
+            _groups(lines, t["status"], total)
     if method:
-        lines.append("")
-        if v.get("installed"):
-            card = subprocess.run([python or sys.executable, "-c",
-                                   "import sys; from policylab.integrations import verl as v; "
-                                   f"print(v.hosting_card({method!r}))"], capture_output=True, text=True, timeout=300)
-            lines.append(card.stdout.strip() or card.stderr.strip().splitlines()[-1])
+        for name, st in (("verl", v), ("TRL", t)):
+            lines.append("")
+            lines.append(st.get("card") or f"{name}: not installed, no card for `{method}`")
     return "\n".join(lines), ok

@@ -47,13 +47,35 @@ ENGINE = hosting.Engine(
     name="TRL",
     loss_fields=frozenset({"logp", "logp_old", "logp_behavior", "logp_ref", "entropy"}),
     advantage_fields=frozenset({"rewards", "group"}),
-    conditional={"logp_behavior": _BEHAVIOR, "logp_ref": "a reference model (args.beta is set to kl_coef)"},
+    requires={"logp_behavior": _BEHAVIOR},
+    provides={"logp_ref": "TRL's reference model (the trainer sets args.beta to the method's kl_coef, so TRL computes "
+                          "the reference log-probs exactly when the KL is in the loss)"},
 )
 
 
 def methods() -> list[str]:
-    """The policylab methods this trainer accepts (at their defaults)."""
+    """The policylab methods this trainer accepts (at their defaults), with or without a
+    setting they require."""
     return hosting.hostable(ENGINE)
+
+
+def hosting_card(name: str) -> str:
+    """What PolicylabGRPOTrainer needs to run policylab method `name`, or why it cannot."""
+    p = hosting.plan(name, ENGINE)
+    if not p.hostable:
+        return p.refusal()
+    m = p.method
+    lines = [f"policylab method `{name}` in TRL ({p.status}):",
+             f"  PolicylabGRPOTrainer(method={name!r}, method_params={{...}}, args=GRPOConfig(...), ...)",
+             f"  aggregation: {m.aggregation}, with TRL's normalizer for that mode"]
+    try:
+        lines.append(f"  TRL's own equivalent loss settings: {trl_loss_args(name)}")
+    except PolicylabError:
+        pass
+    lines += [f"  requires: {r}" for r in p.requires]
+    lines += [f"  needs: {n}" for n in p.needs]
+    lines += [f"  outside the loss: {o}" for o in p.outside]
+    return "\n".join(lines)
 
 
 class PolicylabGRPOTrainer(GRPOTrainer):
@@ -149,7 +171,12 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         for k, v in metrics.items():
             if torch.is_tensor(v) and v.numel() == 1 or isinstance(v, (int, float)):
                 self._metrics[mode][f"policylab/{k}"].append(float(v))
-        self._metrics[mode]["policylab/loss"].append(float(loss.detach()))
+        # TRL logs the mean of these values over the logging window; a micro-batch's `loss` is
+        # its share of the optimizer step's loss (the shares add up to it), so the share times
+        # the accumulation steps makes that mean the step's whole-batch loss, as TRL's own
+        # `loss` (the sum of the shares), whatever the accumulation
+        ga = self.current_gradient_accumulation_steps if train else 1
+        self._metrics[mode]["policylab/loss"].append(float(loss.detach()) * ga)
         return loss
 
     def _normalizer(self, inputs, mask: torch.Tensor, train: bool) -> float:
@@ -170,8 +197,70 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         return rows
 
 
+# TRL's own loss settings, and what each is in a policylab method's parameters. TRL's
+# clipped losses bound the ratio to [1 − epsilon, 1 + epsilon_high], as policylab's eps_low /
+# eps_high do; TRL's CISPO caps the importance weight at epsilon_high itself, where
+# policylab's CISPO caps it at 1 + eps_high: policylab eps_high = 0.28 is TRL
+# epsilon_high = 1.28. (TRL's GRPOConfig defaults: loss_type "dapo", epsilon 0.2,
+# epsilon_high None = epsilon, beta 0.)
+_TRL_LOSS = {"grpo": "grpo", "dapo": "dapo", "dr_grpo": "dr_grpo", "cispo": "cispo"}
+
+
+def trl_loss_args(method, method_params: dict | None = None) -> dict:
+    """The GRPOConfig settings under which TRL's own `loss_type` computes policylab method
+    `method`'s loss (grpo, dapo, dr_grpo, cispo; TRL's advantages aside); PolicylabError for a
+    method TRL has no loss type for."""
+    name = method if isinstance(method, str) else method.name
+    if name not in _TRL_LOSS:
+        raise PolicylabError(f"TRL has no loss_type for policylab method `{name}` (only {', '.join(_TRL_LOSS)}); "
+                             "PolicylabGRPOTrainer runs the method's own loss")
+    m = hosting.plan(name, ENGINE, method_params).method
+    p = m.p
+    out = {"loss_type": _TRL_LOSS[name]}
+    if name == "cispo":
+        out["epsilon_high"] = 1.0 + float(p["eps_high"])  # TRL's cap is the weight itself, policylab's 1 + ε_high
+    else:
+        out["epsilon"], out["epsilon_high"] = float(p["eps_low"]), float(p["eps_high"])
+    kl = any("logp_ref" in s.reads for s in m.active("addend"))
+    out["beta"] = float(p["kl_coef"]) if kl else 0.0
+    return out
+
+
+def _trl_defaults() -> dict:
+    from trl import GRPOConfig
+
+    fields = GRPOConfig.__dataclass_fields__
+    return {k: fields[k].default for k in ("loss_type", "epsilon", "epsilon_high", "beta")}
+
+
+def _check_loss_settings(m, cfg) -> None:
+    """TRL's `loss_type`, `epsilon`, `epsilon_high` and `beta` are not read by the replaced
+    loss: a value other than TRL's default is refused unless it is the method's own value
+    in TRL's terms (`trl_loss_args`), saying which policylab parameter to set."""
+    defaults = _trl_defaults()
+    try:
+        mapped = trl_loss_args(m.name, {q.name: m.p[q.name] for q in m.params if m.p[q.name] is not None})
+    except PolicylabError:
+        mapped = {}
+    where = {"loss_type": "the method itself", "epsilon": "method_params['eps_low']",
+             "epsilon_high": "method_params['eps_high']", "beta": "method_params['kl_coef']"}
+    bad = []
+    for key, default in defaults.items():
+        value = getattr(cfg, key, default)
+        if value == default or (key in mapped and value == mapped[key]):
+            continue
+        hint = ""
+        if m.name == "cispo" and key == "epsilon_high" and isinstance(value, (int, float)):
+            hint = f" (TRL's CISPO epsilon_high={value} is policylab's cispo eps_high={value - 1:g})"
+        bad.append(f"{key}={value!r} -> set {where[key]}{hint}")
+    if bad:
+        raise PolicylabError(f"PolicylabGRPOTrainer runs policylab method `{m.name}`'s own loss and does not read "
+                             f"TRL's loss settings; these differ from the method's: " + "; ".join(bad))
+
+
 def _check_args(m, cfg, rollout_func) -> None:
     """Refuse TRL settings the replaced loss would silently drop."""
+    _check_loss_settings(m, cfg)
     used = {f for k in ("objective", "correction", "addend", "term") for s in m.active(k) for f in s.reads}
     if "logp_behavior" in used and not getattr(cfg, "use_vllm", False) and rollout_func is None:
         raise PolicylabError(f"TRL cannot host policylab method `{m.name}` here: it reads logp_behavior "
