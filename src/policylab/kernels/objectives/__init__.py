@@ -15,33 +15,31 @@ CISPO also have a fast path (`objectives.fast`: in place, per-row clamps), taken
     cispo       clipped detached IS weight × log-prob                   cispo.py
     gppo        PPO values, bounded gradients on clipped tokens         gppo.py
     reinforce   −A·lp with an optional detached weight                  reinforce.py
+    ripo        probability-dependent ratio bounds (Fisher–Rao ball)    ripo.py
+    gppo_fdiv   f-divergence trust region                               fdiv.py
+    tapo        prefix geometric-mean ratio, position-dependent trust   tapo.py
+    luspo       GSPO's sequence ratio, length-proportional loss         luspo.py
+    ggpo        Gibbs-gap coefficients (KL-regularized Gibbs target)    ggpo.py
     masked_nll, entropy_bonus   token terms next to an objective        terms.py
 """
 
-from policylab.kernels.objectives.common import DEFAULT_LOG_RATIO_CLAMP, METRIC_KEYS
 from policylab.kernels.objectives.cispo import cispo
+from policylab.kernels.objectives.common import DEFAULT_LOG_RATIO_CLAMP, METRIC_KEYS
+from policylab.kernels.objectives.fdiv import DIVERGENCES, TOPOLOGIES, fdiv_bounds, fdiv_value, gppo_fdiv
+from policylab.kernels.objectives.ggpo import ggpo, gibbs_coefficients
 from policylab.kernels.objectives.gppo import gppo
 from policylab.kernels.objectives.gspo import gspo, gspo_token
+from policylab.kernels.objectives.luspo import luspo
 from policylab.kernels.objectives.ppo import ppo_clip
 from policylab.kernels.objectives.reinforce import reinforce
+from policylab.kernels.objectives.ripo import clip_to_bounds, ripo, ripo_bounds
+from policylab.kernels.objectives.tapo import prefix_geometric_ratio, tapo
 from policylab.kernels.objectives.terms import entropy_bonus, masked_nll
 
 __all__ = [
-    "ppo_clip",
-    "gspo",
-    "gspo_token",
-    "cispo",
-    "gppo",
-    "reinforce",
-    "masked_nll",
-    "entropy_bonus",
-    "METRIC_KEYS",
-    "DEFAULT_LOG_RATIO_CLAMP",
+    "ppo_clip", "gspo", "gspo_token", "cispo", "gppo", "reinforce",
+    "ripo", "ripo_bounds", "clip_to_bounds",
+    "gppo_fdiv", "fdiv_bounds", "fdiv_value", "DIVERGENCES", "TOPOLOGIES",
+    "tapo", "prefix_geometric_ratio", "luspo", "ggpo", "gibbs_coefficients",
+    "masked_nll", "entropy_bonus", "METRIC_KEYS", "DEFAULT_LOG_RATIO_CLAMP",
 ]
-
-# trust-region and sequence-level objectives (issue 4 family)
-from policylab.kernels.objectives.ripo import ripo, ripo_bounds, clip_to_bounds  # noqa: E402
-from policylab.kernels.objectives.fdiv import gppo_fdiv, fdiv_bounds, fdiv_value, DIVERGENCES, TOPOLOGIES  # noqa: E402
-from policylab.kernels.objectives.tapo import tapo, prefix_geometric_ratio  # noqa: E402
-from policylab.kernels.objectives.luspo import luspo  # noqa: E402
-from policylab.kernels.objectives.ggpo import ggpo, gibbs_coefficients  # noqa: E402
