@@ -191,8 +191,7 @@ def _run(cfg: RunConfig, start: _Start, console, on_step) -> dict:
     try:
         if lock.stale:
             print_note(stale_note(run_dir, lock.stale))
-        with _sigterm_stops_the_run():
-            return _run_locked(cfg, start, console, on_step)
+        return _run_locked(cfg, start, console, on_step)  # SIGTERM: the command line raises Terminated
     finally:
         lock.release()
 
@@ -238,30 +237,6 @@ def _run_locked(cfg: RunConfig, start: _Start, console, on_step) -> dict:
 
 def _signal_name(exc: BaseException) -> str:
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-
-
-class _sigterm_stops_the_run:
-    """While a run is in progress, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the
-    main thread, so the run stops the way Ctrl-C stops it: the message says the step, the
-    last intact checkpoint and how to resume. Outside the main thread nothing changes."""
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.previous = None
-        if threading.current_thread() is threading.main_thread():
-            def handler(signum, frame):
-                raise Terminated("SIGTERM")
-
-            self.previous = signal.signal(signal.SIGTERM, handler)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _disk_full(exc: BaseException) -> bool:
