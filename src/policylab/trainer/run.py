@@ -97,6 +97,9 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
     resume. The run ends after train.steps steps, or earlier when train.budget_seconds of
     training wall-clock or train.budget_tokens sampled tokens are used up (report
     "stopped_by"). `on_step(trainer, metrics)` is called after every logged step."""
+    from policylab.trainer.config import check_model_value
+
+    check_model_value("model", cfg.model)  # before the run directory is created or anything in it removed
     if resume:
         return continue_run(cfg, console=console, on_step=on_step)
     previous = check_new_run_dir(cfg, overwrite=overwrite, config_path=config_path)
@@ -108,8 +111,10 @@ def continue_run(cfg: RunConfig, *, from_checkpoint: str | None = None, changes:
     """Continue the run in cfg.run_dir from its latest checkpoint (or `from_checkpoint`, e.g.
     "step_000004"), verified before anything else happens; `changes` are the settings a
     resume changed, {key: (recorded, new)} (recorded in config.yaml and the report)."""
+    from policylab.trainer.config import check_model_value
     from policylab.trainer.resume import identity_config
 
+    check_model_value("model", cfg.model)
     run_dir = Path(cfg.run_dir)
     check_run_tree(run_dir)  # no link out of the run, no FIFO / device / socket, before anything is opened
     ckpt = checkpoint_from(run_dir, from_checkpoint) if from_checkpoint else latest_checkpoint(run_dir)
