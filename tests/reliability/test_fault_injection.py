@@ -137,6 +137,18 @@ def test_compare_with_a_negative_seed_is_refused_at_plan(tiny_model_dir, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+def test_compare_report_dir_that_is_a_file_is_one_line(tiny_model_dir, tmp_path, capsys):
+    mine = tmp_path / "existing.txt"
+    mine.write_text("my file")
+    c = tmp_path / "cmp.yaml"
+    c.write_text(yaml.safe_dump({"out_dir": str(tmp_path / "out"), "report_dir": str(mine), "methods": ["grpo"],
+                                 "seeds": [0], "budget": {"steps": 1},
+                                 "run": {"model": str(tiny_model_dir), "eval": {"n": 2, "max_new_tokens": 4},
+                                         "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4}}}))
+    one_line(*run_cli(capsys, "compare", c, "--report-only"), str(mine))
+    assert mine.read_text() == "my file"
+
+
 # ------------------------------------------------------------------------------- paths
 @pytest.mark.parametrize("entry", ["metrics.jsonl", "plots", "tensorboard", "report.json", "config.yaml"])
 def test_a_link_in_a_received_run_is_refused_on_resume_and_eval(trained, tmp_path, capsys, entry):
