@@ -67,6 +67,10 @@ def test_replace_file_replaces_a_link_and_never_writes_through_it(tmp_path):
     p.symlink_to(target)
     rp.replace_file(p, "{}")
     assert not p.is_symlink() and p.read_text() == "{}" and target.read_text() == "user"
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert p.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777  # as open() makes it, not mkstemp's 0600
+    plain.unlink()
     assert sorted(x.name for x in tmp_path.iterdir()) == ["report.json", "user.txt"]  # no temporary left
 
 

@@ -123,6 +123,15 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         return fh.read()
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def replace_file(path: str | os.PathLike, data: bytes | str | None = None, *, write=None, suffix: str = ".tmp") -> Path:
     """Write `path` as a whole: into a fresh temporary file in its directory, fsync'd, then
     renamed over `path` (a link at `path` is replaced, never written through). `write(tmp)`
@@ -130,6 +139,7 @@ def replace_file(path: str | os.PathLike, data: bytes | str | None = None, *, wr
     the temporary file the extension such a writer reads the format from)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # the permissions a plain open() would give (mkstemp makes 0600)
     try:
         with os.fdopen(fd, "wb") as fh:
             if data is not None:
