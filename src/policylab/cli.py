@@ -110,6 +110,9 @@ def _eval(args) -> int:
         from policylab.eval.suite import parse_metrics
 
         metrics = parse_metrics(args.metrics)
+    from policylab.trainer.run_paths import check_run_tree
+
+    check_run_tree(run_dir)  # no link out of the run, no FIFO / device / socket
     cfg = load_received_run(run_dir, allow_imports=args.allow_imports)
     if args.n:
         cfg.eval.n = args.n
@@ -121,8 +124,12 @@ def _eval(args) -> int:
     if ckpt is None and metrics and "sharpening_tax" in metrics:
         raise ConfigError(f"{run_dir} has no checkpoint: sharpening_tax compares the base and the trained model")
     if ckpt is not None:
+        from policylab.trainer.checkpoint import verify_manifest
+        from policylab.trainer.resume import identity_config
+
         try:
             verify_checkpoint(ckpt, ("model",))
+            verify_manifest(ckpt, identity_config(cfg))
         except CheckpointError as exc:
             raise damaged(run_dir, ckpt, str(exc)) from None
     trainer = Trainer(cfg)
@@ -192,7 +199,11 @@ def _eval_metrics(trainer, run_dir, ckpt, metrics, args) -> int:
         write_report(report_path, report)
         written.append(str(report_path))
         if "calibration" in section:
-            written.append(str(em.reliability_png(section["calibration"], Path(run_dir) / "plots" / "reliability.png")))
+            from policylab.trainer.run_paths import guard, guard_dir, replace_file
+
+            png = guard(guard_dir(run_dir, "plots"), "reliability.png")
+            replace_file(png, write=lambda tmp: em.reliability_png(section["calibration"], Path(tmp)), suffix=".png")
+            written.append(str(png))
     except OSError as exc:
         print(f"policylab: warning: could not write into {run_dir} ({exc.strerror or exc}); the results are "
               "on stdout only", file=sys.stderr)
@@ -361,8 +372,8 @@ _default_showwarning = None
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Bad input: one line `policylab: error: ...` on stderr, exit code 2;
-    Ctrl-C: one line saying where the run stopped and how to resume, exit code 130."""
-    import errno
+    Ctrl-C: one line saying where the run stopped and how to resume, exit code 130
+    (SIGTERM: the same line, exit code 143)."""
     import warnings
 
     global _default_showwarning
@@ -370,23 +381,68 @@ def main(argv: list[str] | None = None) -> int:
         _default_showwarning = warnings.showwarning
         warnings.showwarning = _show_warning
     args = build_parser().parse_args(argv)
-    from policylab.errors import PolicylabError, RunInterrupted
+    with _sigterm_interrupts():
+        return _dispatch(args)
+
+
+def _dispatch(args) -> int:
+    """args.fn(args), every user-facing failure turned into one line (see `main`)."""
+    import errno
+    import pickle
+
+    from policylab.errors import PolicylabError, RunInterrupted, Terminated
+    from policylab.kernels.rewards.combine import RewardFnError
 
     try:
         return args.fn(args)
-    except (PolicylabError, FileNotFoundError, ImportError) as exc:
+    except (PolicylabError, FileNotFoundError, ImportError, RewardFnError) as exc:
         print(f"policylab: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        msg = exc.message if isinstance(exc, RunInterrupted) else "interrupted"
-        print(f"policylab: {_one_line(msg)}", file=sys.stderr)
-        return 130
+        if isinstance(exc, RunInterrupted):
+            print(f"policylab: {_one_line(exc.message)}", file=sys.stderr)
+            return exc.exit_code
+        terminated = isinstance(exc, Terminated)
+        print(f"policylab: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+    except pickle.UnpicklingError as exc:
+        print(f"policylab: error: a pickle file was refused, nothing in it ran: {_one_line(exc)[:400]}",
+              file=sys.stderr)
+        return 2
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM):
+        user_facing = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM, errno.EISDIR,
+                       errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.ENXIO)
+        if exc.errno in user_facing:
             where = f"{exc.filename}: " if exc.filename else ""
             print(f"policylab: error: {where}{exc.strerror or exc}", file=sys.stderr)
             return 2
         raise
+
+
+class _sigterm_interrupts:
+    """SIGTERM raises `Terminated` (a KeyboardInterrupt) while a command runs in the main
+    thread, so it ends the way Ctrl-C does (a run: the step, the intact checkpoint, how to
+    resume); the previous handler is restored afterwards."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        from policylab.errors import Terminated
+
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            def handler(signum, frame):
+                raise Terminated("SIGTERM")
+
+            self.previous = signal.signal(signal.SIGTERM, handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 if __name__ == "__main__":

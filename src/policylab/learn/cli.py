@@ -41,10 +41,44 @@ def _explain(args) -> int:
     return 0
 
 
+SITE_MARKER = ".policylab-site"
+SITE_PAGES = ("index.html", "compare.html", "topics.html")  # a site built before the marker existed has these
+
+
+def check_site_dir(out_dir, *, overwrite: bool) -> None:
+    """Refuse (PolicylabError, nothing written) an OUT_DIR that is a file, or a non-empty
+    directory that is not a previous site build (no marker, not the site's pages) unless
+    `overwrite`; a link or special file where a page goes is refused."""
+    from pathlib import Path
+
+    from policylab.errors import PolicylabError
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PolicylabError(f"site build {out}: it exists and is not a directory (nothing was written)")
+    if not out.is_dir():
+        return
+    have = {p.name for p in out.iterdir()}
+    previous = SITE_MARKER in have or set(SITE_PAGES) <= have
+    if have and not previous and not overwrite:
+        shown = ", ".join(sorted(have)[:4]) + (" ..." if len(have) > 4 else "")
+        raise PolicylabError(f"site build {out}: the directory holds files that are not a policylab site ({shown}); "
+                             "the build would replace any with a page's name. Choose an empty or new directory, or "
+                             "pass --overwrite (nothing was written)")
+    for name in SITE_PAGES:
+        p = out / name
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            raise PolicylabError(f"site build {out}: {p} is not a plain file (a link or a folder); nothing was written")
+
+
 def _site_build(args) -> int:
+    from pathlib import Path
+
     from policylab.learn.site import build_site
 
+    check_site_dir(args.out_dir, overwrite=args.overwrite)
     index = build_site(args.out_dir, complete=not args.allow_incomplete)
+    (Path(args.out_dir) / SITE_MARKER).write_text("a policylab site build (policylab site build)\n")
     print(f"wrote {index} (open it in a browser; it works offline from file://)")
     return 0
 
@@ -71,6 +105,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     b.add_argument("out_dir")
     b.add_argument("--allow-incomplete", action="store_true",
                    help="build even if some methods have no bank file yet (a preview)")
+    b.add_argument("--overwrite", action="store_true",
+                   help="build into a non-empty directory that is not a previous site build (its files with a page's "
+                        "name are replaced)")
     b.set_defaults(fn=_site_build)
 
 

@@ -38,10 +38,20 @@ def section(data: dict, name: str, defaults: dict, where: str) -> dict:
     return out
 
 
-def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections: dict, name: str = "") -> dict:
+# the values every pipeline's top level has, checked like a run config's (trainer.config)
+TOP_RULES = {"seed": None, "threads": None}  # the run config's own rules (FIELD_RULES)
+
+
+def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections: dict, name: str = "",
+                         rules: dict | None = None) -> dict:
     """The pipeline config: top-level keys (`top` defaults) and sections (`sections`
     defaults; a section default of None is a free-form mapping, e.g. a run config). An
-    optional top-level `pipeline: NAME` must be `name`."""
+    optional top-level `pipeline: NAME` must be `name`.
+
+    Every value is checked here, before any stage runs and before anything is deleted:
+    every number finite; `seed` and `threads` as a run config checks them; `rules`
+    ({"section.key": trainer.config.Range}) for the pipeline's own numbers; `run_dir` with
+    `~` expanded and the filesystem root, the home directory and over-long names refused."""
     from policylab.trainer.config import parse_overrides, yaml_load
 
     p = Path(path)
@@ -76,28 +86,149 @@ def load_pipeline_config(path: str | Path, overrides=(), *, top: dict, sections:
             out[name] = raw
         else:
             out[name] = section(data, name, defaults, str(p))
+    check_values(out, rules or {}, str(p))
     return out
 
 
-def prepare_run_dir(run_dir: Path, stages=(), *, overwrite: bool) -> None:
-    """A run directory of its own for a pipeline that writes the directories `stages` into
-    it: refused when it holds a previous pipeline's report.json or any of those stage
-    directories, unless `overwrite` (then exactly those stage directories are removed)."""
+def check_values(cfg: dict, rules: dict, where: str) -> None:
+    """Finite numbers everywhere, `rules` and the run config's seed/threads rules, run_dir
+    (expanded in place). The first problem is a ConfigError naming `where` and the key."""
+    from policylab.trainer.config import FIELD_RULES, check_path_value, non_finite
+
+    bad = non_finite(cfg)
+    if bad:
+        raise ConfigError(f"{where}: `{bad[0]}` is {bad[1]}: every number in a config must be finite")
+    every = {**{k: FIELD_RULES[k] for k in TOP_RULES if k in cfg}, **rules}
+    for key, rule in every.items():
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        problem = rule.problem(key, node)
+        if problem:
+            raise ConfigError(f"{where}: {problem}")
+    if "run_dir" in cfg:
+        try:
+            cfg["run_dir"] = check_path_value("run_dir", cfg["run_dir"])
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+MARKER = ".policylab-pipeline.json"
+REPORT_FILES = ("report.json", "report.md", "progress.json")
+
+
+def _read_marker(run_dir: Path) -> dict | None:
+    from policylab.trainer.run_paths import guard, read_bytes
+
+    p = guard(run_dir, MARKER)
+    if not p.exists():
+        return None
+    try:
+        doc = json.loads(read_bytes(p).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise RunDirError(f"{p} is damaged (not JSON): it cannot say what the previous pipeline wrote; remove the "
+                          "previous run's folders yourself or choose another run_dir (nothing was changed)") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), dict):
+        raise RunDirError(f"{p} is not a policylab pipeline marker; nothing was changed")
+    return doc
+
+
+def _write_marker(run_dir: Path, doc: dict) -> None:
+    from policylab.trainer.run_paths import guard, replace_file
+
+    replace_file(guard(run_dir, MARKER), json.dumps(doc, indent=1))
+
+
+def _files_under(d: Path) -> list[str]:
+    return sorted(str(q.relative_to(d)) for q in d.rglob("*") if q.is_file() or q.is_symlink())
+
+
+def prepare_run_dir(run_dir: Path, stages=(), *, overwrite: bool, pipeline: str = "") -> list[str]:
+    """A run directory of its own for a pipeline that writes the directories `stages` and
+    report.json, report.md, progress.json into it. Called after every value is checked and
+    before anything is written; nothing is deleted unless every check passes.
+
+    The pipeline records what it writes in run_dir/.policylab-pipeline.json (the marker).
+    Refused (RunDirError, nothing changed): the current directory; a stage path or report
+    that is a link, a special file, or of the wrong kind; any of those entries when the
+    marker does not list it (it is not this pipeline's: a foreign report.md is never
+    replaced, a foreign folder never deleted); a previous pipeline run without
+    `overwrite`; a marked stage folder holding a file the pipeline did not write. With
+    `overwrite`, exactly the marked entries are removed. Returns the entries removed."""
     import shutil
+
+    from policylab.trainer.run_paths import guard
 
     run_dir = Path(run_dir)
     if run_dir.resolve() == Path.cwd().resolve():
         raise RunDirError("a pipeline's run_dir must be a directory of its own (not the current directory)")
-    if (run_dir / "report.json").exists() and not overwrite:
-        raise RunDirError(f"{run_dir} already holds a pipeline run (report.json); choose another run_dir or pass "
-                          "--overwrite")
-    previous = [n for n in stages if (run_dir / n).exists()]
-    if previous and not overwrite:
-        raise RunDirError(f"{run_dir} already holds pipeline stages ({', '.join(previous)}); choose another run_dir "
-                          "or pass --overwrite")
-    for n in previous:
-        shutil.rmtree(run_dir / n)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} exists and is not a directory")
+    for n in stages:
+        guard(run_dir, n, want="dir")
+    for n in REPORT_FILES:
+        guard(run_dir, n)
+    marker = _read_marker(run_dir) if run_dir.is_dir() else None
+    marked = marker["entries"] if marker else {}
+    present = [n for n in (*stages, *REPORT_FILES) if (run_dir / n).exists()]
+    foreign = [n for n in present if n not in marked]
+    if foreign:
+        raise RunDirError(
+            f"{run_dir} holds {', '.join(foreign)}, which no policylab pipeline wrote there (no record in {MARKER}); "
+            "policylab will not replace or delete them. Choose another run_dir, or move them away yourself "
+            "(nothing was changed)")
+    if present and not overwrite:
+        raise RunDirError(f"{run_dir} already holds a pipeline run ({', '.join(present)}); choose another run_dir or "
+                          "pass --overwrite to replace it (nothing was changed)")
+    for n in present:
+        files = marked[n].get("files") if isinstance(marked[n], dict) else None
+        if files is not None and (run_dir / n).is_dir():
+            extra = sorted(set(_files_under(run_dir / n)) - set(files))
+            if extra:
+                raise RunDirError(f"{run_dir / n} holds {extra[0]}, which the pipeline did not write: policylab will "
+                                  "not delete it; move it away (nothing was changed)")
+    for n in present:
+        p = run_dir / n
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
+    _write_marker(run_dir, {"pipeline": pipeline, "entries": {n: {} for n in (*stages, *REPORT_FILES)}})
+    return present
+
+
+def stage_finished(run_dir: Path, stage: str) -> None:
+    """Record the files the stage `stage` wrote (a later --overwrite deletes only them)."""
+    run_dir = Path(run_dir)
+    doc = _read_marker(run_dir) or {"pipeline": "", "entries": {}}
+    d = run_dir / stage
+    doc["entries"][stage] = {"files": _files_under(d)} if d.is_dir() else {}
+    _write_marker(run_dir, doc)
+
+
+def check_model(model: str, where: str) -> None:
+    """The pipeline's base model checked before any stage runs (trainer.config.check_model_value)."""
+    from policylab.trainer.config import check_model_value
+
+    try:
+        check_model_value("model", model)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def stale_note(run_dir: Path, record: dict) -> str:
+    from policylab.trainer.run_paths import stale_note as note
+
+    return note(run_dir, record)
+
+
+def locked(run_dir: Path):
+    """The pipeline's run directory locked for this process (one run per directory)."""
+    from policylab.trainer.run_paths import RunLock
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    return RunLock(run_dir, what="pipeline")
 
 
 def chat_encoder(tokenizer, system_prompt: str = ""):
@@ -153,8 +284,11 @@ def sample(model, tokenizer, examples, how: Sampling):
 
 
 def save_model_dir(model, tokenizer, path: Path) -> Path:
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+    """save_pretrained of model and tokenizer into the stage folder `path` (a link or a
+    file in its place is refused, not written through)."""
+    from policylab.trainer.run_paths import guard_dir
+
+    path = guard_dir(Path(path).parent, Path(path).name)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -163,18 +297,17 @@ def save_model_dir(model, tokenizer, path: Path) -> Path:
 def write_progress(run_dir: Path, report: dict) -> None:
     """The report so far (each finished stage's summary) in run_dir/progress.json, written
     after every stage: a pipeline stopped part way keeps the numbers of what it finished."""
-    run_dir = Path(run_dir)
-    tmp = run_dir / ".progress.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2, default=str))
-    tmp.replace(run_dir / "progress.json")
+    from policylab.trainer.run_paths import guard, replace_file
+
+    replace_file(guard(run_dir, "progress.json"), json.dumps(report, indent=2, default=str))
 
 
 def write_report(run_dir: Path, report: dict, markdown: str) -> None:
-    run_dir = Path(run_dir)
-    tmp = run_dir / ".report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(run_dir / "report.json")
-    (run_dir / "report.md").write_text(markdown)
+    """report.json and report.md, each replaced as a whole (never written through a link)."""
+    from policylab.trainer.run_paths import guard, replace_file
+
+    replace_file(guard(run_dir, "report.json"), json.dumps(report, indent=2))
+    replace_file(guard(run_dir, "report.md"), markdown)
 
 
 def check_run_config(run_cfg: dict):

@@ -33,6 +33,7 @@ import torch
 from policylab.errors import ConfigError
 from policylab.errors import PolicylabError, ShapeError
 import policylab.pipelines.common as common
+from policylab.trainer.config import Range
 
 ROUTES = ("merge", "mix", "mopd")
 TOP = {"run_dir": "runs/fusion", "model": "embedded", "seed": 0, "threads": 0,
@@ -45,6 +46,17 @@ SECTIONS = {
     "mopd": {"steps": 0, "lr": 0.0, "horizon": "token"},  # 0 = the experts' steps / lr
     "eval": {"prompts": 40, "samples": 1, "max_new_tokens": 12},
 }
+_COUNT = Range(lo=1, integer=True)
+# every number of the pipeline's own sections and its accepted values (checked at load,
+# before any expert trains)
+RULES = {"merge.alphas": Range(why="one task-vector weight per domain"),
+         "mix.steps": Range(lo=0, integer=True, why="0 = the experts' train.steps"),
+         "mopd.steps": Range(lo=0, integer=True, why="0 = the experts' train.steps"),
+         "mopd.lr": Range(lo=0, why="0 = the experts' train.lr"),
+         "eval.prompts": _COUNT, "eval.samples": _COUNT, "eval.max_new_tokens": _COUNT,
+         "task.digits": Range(lo=1, hi=18, integer=True), "task.heldout_fraction": Range(lo=0, hi=1, lo_open=True,
+                                                                                          hi_open=True),
+         "task.split_seed": Range(lo=0, hi=2**32 - 1, integer=True)}
 EXPERT_SECTIONS = ("method", "rollout", "train", "method_params")
 
 
@@ -53,7 +65,7 @@ def load_config(path, overrides=()) -> dict:
     from policylab.kernels.mixed import MOPD_HORIZONS
     from policylab.tasks.mixture import DOMAINS
 
-    cfg = common.load_pipeline_config(path, overrides, top=TOP, sections=SECTIONS, name="fusion")
+    cfg = common.load_pipeline_config(path, overrides, top=TOP, sections=SECTIONS, name="fusion", rules=RULES)
     d = cfg["domains"]
     if len(d) < 2 or len(set(d)) != len(d) or not set(d) <= set(DOMAINS):
         raise ConfigError(f"{path}: domains must be two or more distinct domains of {', '.join(DOMAINS)}, got {d}")
@@ -74,9 +86,6 @@ def load_config(path, overrides=()) -> dict:
                           f"got {mix}")
     if cfg["mopd"]["horizon"] not in MOPD_HORIZONS:
         raise ConfigError(f"{path}: mopd.horizon must be one of {', '.join(MOPD_HORIZONS)}")
-    for k in ("prompts", "samples", "max_new_tokens"):
-        if int(cfg["eval"][k]) < 1:
-            raise ConfigError(f"{path}: eval.{k} must be >= 1")
     cfg["_source"] = str(path)
     return cfg
 
@@ -216,21 +225,32 @@ class _Run:
 
     def finished(self, stage: str, summary: dict) -> None:
         self.report["stages"][stage] = summary
+        common.stage_finished(self.run_dir, stage)
         common.write_progress(self.run_dir, self.report)
 
 
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
-    """The whole pipeline (see the module docstring); returns the report."""
-    from policylab.tasks.mixture import MixtureTask
-
-    t0 = time.perf_counter()
+    """The whole pipeline (see the module docstring); returns the report. Every value and
+    the model are checked, and the run directory locked, before anything is written or
+    deleted (`common.prepare_run_dir`)."""
     run_dir = Path(cfg["run_dir"])
-    seed = int(cfg["seed"])
-    domains, routes = list(cfg["domains"]), list(cfg["routes"])
     planned = run_configs(cfg, run_dir)
     for c in planned.values():  # every training stage's config is checked before any runs
         common.check_run_config(c)
-    common.prepare_run_dir(run_dir, list(planned) + ["merge"], overwrite=overwrite)
+    common.check_model(cfg["model"], cfg.get("_source", "config"))
+    with common.locked(run_dir) as lock:
+        if lock.stale and console is not None:
+            console.print(f"policylab: {common.stale_note(run_dir, lock.stale)}", soft_wrap=True)
+        common.prepare_run_dir(run_dir, list(planned) + ["merge"], overwrite=overwrite, pipeline="fusion")
+        return _run_stages(cfg, run_dir, planned, console)
+
+
+def _run_stages(cfg: dict, run_dir: Path, planned: dict, console) -> dict:
+    from policylab.tasks.mixture import MixtureTask
+
+    t0 = time.perf_counter()
+    seed = int(cfg["seed"])
+    domains, routes = list(cfg["domains"]), list(cfg["routes"])
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     t = cfg["task"]
@@ -287,6 +307,7 @@ def _merge(r: _Run, experts: dict) -> str:
     base_m.load_state_dict(merged)
     where = str(common.save_model_dir(base_m, base_tok, r.run_dir / "merge"))
     r.report["stages"]["merge"] = {"alphas": dict(zip(domains, alphas)), "dir": where}
+    common.stage_finished(r.run_dir, "merge")
     return where
 
 

@@ -38,6 +38,7 @@ import torch
 
 from policylab.errors import ConfigError
 from policylab.errors import RunDirError
+from policylab.trainer.config import Range
 from policylab.tasks import guidance
 from policylab.tasks.arithmetic import ArithmeticTask
 import policylab.pipelines.common as common
@@ -53,6 +54,15 @@ SECTIONS = {
     "ppo": None,
     "eval": {"prompts": 40, "samples": 2, "max_new_tokens": 12},
 }
+_COUNT = Range(lo=1, integer=True)
+# every number of the pipeline's own sections and its accepted values (checked at load)
+RULES = {"sft.steps": _COUNT, "sft.batch_size": _COUNT, "sft.lr": Range(lo=0, lo_open=True, why="SFT learning rate"),
+         "reward_model.steps": _COUNT, "reward_model.prompts_per_step": _COUNT, "reward_model.heldout_prompts": _COUNT,
+         "reward_model.lr": Range(lo=0, lo_open=True, why="reward model learning rate"),
+         "eval.prompts": _COUNT, "eval.samples": _COUNT, "eval.max_new_tokens": _COUNT,
+         "task.digits": Range(lo=1, hi=18, integer=True), "task.heldout_fraction": Range(lo=0, hi=1, lo_open=True,
+                                                                                          hi_open=True),
+         "task.split_seed": Range(lo=0, hi=2**32 - 1, integer=True)}
 # a PPO section is a run config's sections; what the pipeline sets itself is refused there
 PPO_SECTIONS = ("rollout", "train", "method_params", "eval", "log")
 STAGE_DIRS = ("sft", "reward_model", "ppo")
@@ -60,7 +70,7 @@ STAGE_DIRS = ("sft", "reward_model", "ppo")
 
 def load_config(path, overrides=()) -> dict:
     """The pipeline config (see the module docstring), checked before anything runs."""
-    cfg = common.load_pipeline_config(path, overrides, top=TOP, sections=SECTIONS, name="ppo_rlhf")
+    cfg = common.load_pipeline_config(path, overrides, top=TOP, sections=SECTIONS, name="ppo_rlhf", rules=RULES)
     extra = sorted(set(cfg["ppo"]) - set(PPO_SECTIONS))
     if extra:
         raise ConfigError(f"{path}: ppo.{extra[0]} cannot be set: the pipeline sets the PPO stage's method, model, "
@@ -70,15 +80,6 @@ def load_config(path, overrides=()) -> dict:
             raise ConfigError(f"{path}: ppo.{name} must be a mapping")
     if "reward_model" in cfg["ppo"].get("method_params", {}):
         raise ConfigError(f"{path}: ppo.method_params.reward_model is set by the pipeline (its stage 2)")
-    positive = {"sft": ("steps", "batch_size"), "reward_model": ("steps", "prompts_per_step", "heldout_prompts"),
-                "eval": ("prompts", "samples", "max_new_tokens")}
-    for sec, keys in positive.items():
-        for k in keys:
-            if int(cfg[sec][k]) < 1:
-                raise ConfigError(f"{path}: {sec}.{k} must be >= 1, got {cfg[sec][k]}")
-    for sec in ("sft", "reward_model"):
-        if not float(cfg[sec]["lr"]) > 0:
-            raise ConfigError(f"{path}: {sec}.lr must be > 0")
     ops = cfg["task"]["ops"]
     if not isinstance(ops, list) or not ops:
         raise ConfigError(f"{path}: task.ops must be a non-empty list of operations (+, -, *)")
@@ -224,18 +225,29 @@ class _Run:
 
     def finished(self, stage: str, summary: dict) -> None:
         self.report["stages"][stage] = summary
+        common.stage_finished(self.run_dir, stage)
         common.write_progress(self.run_dir, self.report)
 
 
 def run(cfg: dict, *, console=None, overwrite: bool = False) -> dict:
-    """The whole pipeline (see the module docstring); returns the report."""
-    t0 = time.perf_counter()
+    """The whole pipeline (see the module docstring); returns the report. Every value and
+    the model are checked, and the run directory locked, before anything is written or
+    deleted (`common.prepare_run_dir`)."""
     run_dir = Path(cfg["run_dir"])
-    seed = int(cfg["seed"])
     # the PPO stage's config and method parameters are checked before any stage runs
     # (the model and RM paths are placeholders here)
     common.check_run_config(ppo_run_config(cfg, run_dir / "sft", run_dir / "reward_model", run_dir))
-    common.prepare_run_dir(run_dir, STAGE_DIRS, overwrite=overwrite)
+    common.check_model(cfg["model"], cfg.get("_source", "config"))
+    with common.locked(run_dir) as lock:
+        if lock.stale:
+            _say(console, f"policylab: {common.stale_note(run_dir, lock.stale)}")
+        common.prepare_run_dir(run_dir, STAGE_DIRS, overwrite=overwrite, pipeline="ppo_rlhf")
+        return _run_stages(cfg, run_dir, console)
+
+
+def _run_stages(cfg: dict, run_dir: Path, console) -> dict:
+    t0 = time.perf_counter()
+    seed = int(cfg["seed"])
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     torch.manual_seed(seed)
@@ -300,7 +312,9 @@ def _reward_model_stage(r: _Run, sft_dir: Path) -> tuple[Path, dict]:
                "heldout_pair_accuracy": after_rm["pair_accuracy"], "heldout_pairs": after_rm["pairs"],
                "heldout_pair_accuracy_untrained": before_rm["pair_accuracy"], "heldout_loss": after_rm["loss"],
                "train_loss_first": log[0]["loss"], "train_loss_last": log[-1]["loss"]}
-    rm_dir = rm.save(r.run_dir / "reward_model", tok, summary)
+    from policylab.trainer.run_paths import guard_dir
+
+    rm_dir = rm.save(guard_dir(r.run_dir, "reward_model"), tok, summary)
     r.finished("reward_model", {"dir": str(rm_dir), **summary, "seconds": time.perf_counter() - t})
     _say(r.console, f"  RM held-out pair accuracy {before_rm['pair_accuracy']:.3f} -> "
                     f"{after_rm['pair_accuracy']:.3f} ({time.perf_counter() - t:.0f} s)")

@@ -320,7 +320,10 @@ def load_checkpoint(path: Path, models: dict[str, torch.nn.Module], run_dir: Pat
             weights = load_file(str(f))
         except (SafetensorError, OSError) as exc:
             raise damaged(run_dir, path, f"{f} is truncated or damaged ({exc})", keys) from None
-        check_tensor_dtypes(f, weights, model)
+        try:
+            check_tensor_dtypes(f, weights, model)
+        except CheckpointError as exc:
+            raise damaged(run_dir, path, str(exc), keys) from None
         try:
             missing, unexpected = model.load_state_dict(weights, strict=False)
         except RuntimeError as exc:  # shapes differ
@@ -452,6 +455,12 @@ def verify_manifest(path: Path, config: dict | None = None) -> None:
             if extra:
                 raise CheckpointError(f"{f}: tensor `{extra[0]}` was not in the checkpoint when it was saved")
         size = f.stat().st_size
+        if size != rec.get("bytes") or _sha256(f) != rec.get("sha256"):
+            if name == safestate.JSON_NAME:  # name the field that changed, when it is one the state must have
+                try:
+                    check_state(safestate.load_state(path), path)
+                except safestate.StateFormatError:
+                    pass
         if size != rec.get("bytes"):
             raise CheckpointError(f"{f} is {size} bytes, but it was saved with {rec.get('bytes')} (changed after saving)")
         if _sha256(f) != rec.get("sha256"):

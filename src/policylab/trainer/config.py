@@ -397,6 +397,48 @@ def check_device(key: str, name: str) -> None:
         raise ConfigError(f"{key} {name!r}: only {count} {dev.type} device(s) are visible")
 
 
+def check_model_value(key: str, model: str) -> None:
+    """The model a config names, checked before anything is loaded or deleted: "embedded",
+    a save_pretrained directory (`models.loading.check_model_dir` says what one lacks), or a
+    name for the local Hugging Face cache. A path that does not exist, or is a file, is
+    refused; so are pickle weights (pytorch_model*.bin, read only when no safetensors file
+    is there) that name anything but tensors: the pickle is scanned, never run."""
+    import os
+
+    if model == "embedded":
+        return
+    p = Path(os.path.expanduser(str(model)))
+    if p.is_dir():
+        from policylab.models.loading import check_model_dir
+
+        check_model_dir(p)
+        names = [q.name for q in p.iterdir()]
+        if not any(n.endswith(".safetensors") for n in names):
+            for n in sorted(n for n in names if n.endswith(".bin") and n.startswith("pytorch_model")):
+                _check_pickle_weights(key, p / n)
+        return
+    if p.exists():
+        raise ConfigError(f"{key} {str(model)!r} is a file; give a model directory (written by save_pretrained) "
+                          "or 'embedded'")
+    if str(model).startswith((".", "~", os.sep)) or str(model).count(os.sep) > 1:
+        raise ConfigError(f"{key} {str(model)!r} does not exist; give a model directory (written by save_pretrained) "
+                          "or 'embedded'")
+
+
+def _check_pickle_weights(key: str, f: Path) -> None:
+    import torch.serialization as ts
+
+    try:
+        unsafe = ts.get_unsafe_globals_in_checkpoint(str(f))
+    except Exception as exc:  # not a torch zip archive (old format or damaged): it cannot be scanned
+        raise ConfigError(f"{key}: {f} cannot be checked without unpickling it ({type(exc).__name__}); policylab "
+                          "loads it only as a torch zip archive of tensors. Save the model with safetensors "
+                          "(save_pretrained(..., safe_serialization=True))") from None
+    if unsafe:
+        raise ConfigError(f"{key}: {f} is a pickle that names code ({', '.join(sorted(unsafe)[:4])}), not only "
+                          "tensors; it was not loaded and nothing in it ran. Use a model saved with safetensors")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Every value of `cfg` checked before any work and before anything is deleted: finite
     numbers, FIELD_RULES ranges, the run directory (`~` expanded), the device, then the

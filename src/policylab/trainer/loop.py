@@ -60,7 +60,9 @@ class Trainer:
         """`backends`: a callable (method, controllers, trainer) -> LocalBackends-like
         bundle; default: the in-process backends of `policylab.backends.build`."""
         from policylab.tasks.source import build_task, extra_rewards
+        from policylab.trainer.config import check_model_value
 
+        check_model_value("model", cfg.model)  # before anything is loaded
         self.cfg = cfg
         self.console = console
         self.run_dir = Path(cfg.run_dir)

@@ -97,6 +97,9 @@ def train(cfg: RunConfig, *, resume: bool = False, console=None, overwrite: bool
     resume. The run ends after train.steps steps, or earlier when train.budget_seconds of
     training wall-clock or train.budget_tokens sampled tokens are used up (report
     "stopped_by"). `on_step(trainer, metrics)` is called after every logged step."""
+    from policylab.trainer.config import check_model_value
+
+    check_model_value("model", cfg.model)  # before the run directory is created or anything in it removed
     if resume:
         return continue_run(cfg, console=console, on_step=on_step)
     previous = check_new_run_dir(cfg, overwrite=overwrite, config_path=config_path)
@@ -108,8 +111,10 @@ def continue_run(cfg: RunConfig, *, from_checkpoint: str | None = None, changes:
     """Continue the run in cfg.run_dir from its latest checkpoint (or `from_checkpoint`, e.g.
     "step_000004"), verified before anything else happens; `changes` are the settings a
     resume changed, {key: (recorded, new)} (recorded in config.yaml and the report)."""
+    from policylab.trainer.config import check_model_value
     from policylab.trainer.resume import identity_config
 
+    check_model_value("model", cfg.model)
     run_dir = Path(cfg.run_dir)
     check_run_tree(run_dir)  # no link out of the run, no FIFO / device / socket, before anything is opened
     ckpt = checkpoint_from(run_dir, from_checkpoint) if from_checkpoint else latest_checkpoint(run_dir)
@@ -191,8 +196,7 @@ def _run(cfg: RunConfig, start: _Start, console, on_step) -> dict:
     try:
         if lock.stale:
             print_note(stale_note(run_dir, lock.stale))
-        with _sigterm_stops_the_run():
-            return _run_locked(cfg, start, console, on_step)
+        return _run_locked(cfg, start, console, on_step)  # SIGTERM: the command line raises Terminated
     finally:
         lock.release()
 
@@ -238,30 +242,6 @@ def _run_locked(cfg: RunConfig, start: _Start, console, on_step) -> dict:
 
 def _signal_name(exc: BaseException) -> str:
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-
-
-class _sigterm_stops_the_run:
-    """While a run is in progress, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the
-    main thread, so the run stops the way Ctrl-C stops it: the message says the step, the
-    last intact checkpoint and how to resume. Outside the main thread nothing changes."""
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.previous = None
-        if threading.current_thread() is threading.main_thread():
-            def handler(signum, frame):
-                raise Terminated("SIGTERM")
-
-            self.previous = signal.signal(signal.SIGTERM, handler)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _disk_full(exc: BaseException) -> bool:

@@ -123,12 +123,23 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         return fh.read()
 
 
-def replace_file(path: str | os.PathLike, data: bytes | str | None = None, *, write=None) -> Path:
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
+def replace_file(path: str | os.PathLike, data: bytes | str | None = None, *, write=None, suffix: str = ".tmp") -> Path:
     """Write `path` as a whole: into a fresh temporary file in its directory, fsync'd, then
     renamed over `path` (a link at `path` is replaced, never written through). `write(tmp)`
-    instead of `data` lets a library write the temporary file (e.g. savefig)."""
+    instead of `data` lets a library write the temporary file (e.g. savefig; `suffix` gives
+    the temporary file the extension such a writer reads the format from)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # the permissions a plain open() would give (mkstemp makes 0600)
     try:
         with os.fdopen(fd, "wb") as fh:
             if data is not None:
