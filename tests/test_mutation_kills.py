@@ -262,6 +262,33 @@ def test_a_minibatch_without_a_counted_token_is_a_skipped_step(tiny_model_dir, t
         assert torch.equal(v, start[k]), k
 
 
+def test_a_non_finite_gradient_skips_the_step_and_touches_nothing(tiny_model_dir, tmp_path):
+    # a gradient with an inf in it (here put there by a gradient-stage hook, after a finite
+    # loss): no optimizer step, the weights and Adam's state untouched, the step logged as
+    # skipped; with train.skip_nonfinite off it raises instead
+    import dataclasses
+
+    from policylab.backends.update import StepHooks
+
+    def corrupt(model):
+        next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
+        return {}
+
+    tr, batch, adv = _zero_adv_trainer(tiny_model_dir, tmp_path / "n", 0.01)
+    tr.worker.optimizer_step(tr.method, batch, adv, old_from_same_forward=True)
+    start = {k: v.detach().clone() for k, v in tr.model.state_dict().items()}
+    steps = [s["step"] for s in tr.optimizer.state_dict()["state"].values()]
+    m = tr.worker.optimizer_step(tr.method, batch, adv, old_from_same_forward=True, hooks=StepHooks(grad=corrupt))
+    assert m["skipped_nonfinite"] == 1.0 and not math.isfinite(m["grad_norm"])
+    assert [s["step"] for s in tr.optimizer.state_dict()["state"].values()] == steps
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, start[k]), k
+    learner = tr.worker.learner
+    learner.settings = dataclasses.replace(learner.settings, skip_nonfinite=False)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        tr.worker.optimizer_step(tr.method, batch, adv, old_from_same_forward=True, hooks=StepHooks(grad=corrupt))
+
+
 # ----------------------------------------------------------------------------- checkpoints
 
 
