@@ -46,3 +46,11 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     models.tiny_llama(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def prepared_dir(tmp_path_factory, tiny_model_dir):
+    """Where `exercise_settings(..., model=tiny_model_dir, workdir=prepared_dir)` puts what a
+    method needs made first (RFPO's frozen critic): made once per session and reused
+    (`exercise._prepare_rfpo` keeps a critic whose critic.json exists). Read only."""
+    return tmp_path_factory.mktemp("prepared")
