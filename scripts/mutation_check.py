@@ -246,7 +246,7 @@ def main(argv=None) -> int:
         text = (ROOT / m.file).read_text()
         if text.count(m.old) != 1:
             raise SystemExit(f"{m.id}: the text to mutate occurs {text.count(m.old)} times in {m.file}")
-    results = []
+    results, commit = [], _commit()  # the tree as copied now
     with tempfile.TemporaryDirectory(prefix="policylab-mutation-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
                             if tail else ""})
             print(f"{status:9s} {m.id:32s} {secs:5.0f}s", flush=True)
     summary = {s: sum(r["status"] == s for r in results) for s in ("killed", "survived", "error", "skipped")}
-    report = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "host_cpu_features": cpu_features(),
+    report = {"commit": commit, "date": time.strftime("%Y-%m-%d"), "host_cpu_features": cpu_features(),
               "python": platform.python_version(), "summary": summary, "mutations": results}
     print(json.dumps(summary))
     if a.out:
