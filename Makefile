@@ -74,7 +74,7 @@ test: install browser-deps install-verl
 	POLICYLAB_REQUIRE_ENGINES=verl,ray $(VERL_BIN)/python -m pytest -q -m "$(MARK)" -p no:cacheprovider $(VERL_TESTS)
 
 test-all: install browser-deps install-verl
-	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q tests
+	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q $(XDIST) tests
 	POLICYLAB_REQUIRE_ENGINES=verl,ray $(VERL_BIN)/python -m pytest -q -p no:cacheprovider $(VERL_TESTS)
 
 quickstart: install
