@@ -64,12 +64,17 @@ VERL_TESTS := tests/integrations/test_verl.py tests/integrations/test_verl_ray.p
 # without the browser packages (not root, not CI) the browser test is skipped, said once above
 SKIP_BROWSER = $$(test -f $(VENV)/.no-browser && echo 1)
 
+# two pytest-xdist workers (one per core; each runs torch on cores/workers threads, see
+# tests/conftest.py); tests that share an expensive module fixture stay on one worker
+# (their xdist_group mark, --dist loadgroup). `make test XDIST=` runs in one process.
+XDIST ?= -n 2 --dist loadgroup
+
 test: install browser-deps install-verl
-	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q -m "$(MARK)" tests
+	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q $(XDIST) -m "$(MARK)" tests
 	POLICYLAB_REQUIRE_ENGINES=verl,ray $(VERL_BIN)/python -m pytest -q -m "$(MARK)" -p no:cacheprovider $(VERL_TESTS)
 
 test-all: install browser-deps install-verl
-	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q tests
+	POLICYLAB_SKIP_BROWSER=$(SKIP_BROWSER) POLICYLAB_REQUIRE_ENGINES=trl $(BIN)/python -m pytest -q $(XDIST) tests
 	POLICYLAB_REQUIRE_ENGINES=verl,ray $(VERL_BIN)/python -m pytest -q -p no:cacheprovider $(VERL_TESTS)
 
 quickstart: install

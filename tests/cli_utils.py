@@ -34,6 +34,39 @@ def cli(*args, cwd=None, timeout=300, fault=None, **extra_env):
     return subprocess.run(cmd, capture_output=True, text=True, env=env(**extra_env), cwd=cwd, timeout=timeout)
 
 
+def cli_inprocess(*args):
+    """`policylab ARGS` run in this process through `policylab.cli.main` (no new
+    interpreter, no second torch import: for tests where the subprocess is not the point;
+    crashes, signals and fault injection keep `cli`). Returns a CompletedProcess with the
+    exit code and the captured output; the process-wide state the CLI sets (signal
+    handlers, warnings.showwarning, the working directory, the environment) is restored."""
+    import contextlib
+    import io
+    import warnings
+
+    from policylab import cli as policylab_cli
+
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    show, cwd, environ = warnings.showwarning, os.getcwd(), dict(os.environ)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = policylab_cli.main(argv)
+            except SystemExit as exc:  # argparse's usage errors (exit 2) and --help (exit 0)
+                rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        warnings.showwarning = show
+        policylab_cli._default_showwarning = None
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+    return subprocess.CompletedProcess(["policylab", *argv], int(rc or 0), out.getvalue(), err.getvalue())
+
+
 def popen(*args, **extra_env):
     return subprocess.Popen([sys.executable, "-m", "policylab.cli", *map(str, args)], env=env(**extra_env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -10,9 +10,20 @@ set POLICYLAB_CACHE themselves with monkeypatch.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 from policylab.models import loading as models
+
+# Under pytest-xdist (`make test` runs two workers on a 2-core machine) each worker gets
+# its share of the cores for torch's intra-op threads, so the workers do not oversubscribe
+# the CPU. No test depends on the thread count (the golden updates are fp64 and hold for
+# 1, 2 and 4 threads).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,3 +57,11 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     models.tiny_llama(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def prepared_dir(tmp_path_factory, tiny_model_dir):
+    """Where `exercise_settings(..., model=tiny_model_dir, workdir=prepared_dir)` puts what a
+    method needs made first (RFPO's frozen critic): made once per session and reused
+    (`exercise._prepare_rfpo` keeps a critic whose critic.json exists). Read only."""
+    return tmp_path_factory.mktemp("prepared")

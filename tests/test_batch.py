@@ -73,8 +73,20 @@ def test_nan_reward_refused():
         make_batch(rewards=torch.tensor([1.0, float("nan"), 0.0, 0.0])).validate()
 
 
-def test_non_contiguous_group_ids_are_valid():
-    make_batch(group=torch.tensor([10, 2, 10, 2])).validate()
+def test_non_contiguous_group_ids_are_valid_and_group_rows_by_id():
+    # ids 10 and 2, interleaved: accepted as they are (not renumbered), and a group
+    # statistic over them pairs rows 0, 2 and rows 1, 3. GRPO with population std, rewards
+    # (1, 0, 0, 0): group 10 = rows (0, 2), mean 0.5, std 0.5 -> (1, -1)·0.5/(0.5 + 1e-6);
+    # group 2 = rows (1, 3), no spread -> 0
+    from policylab.kernels import advantages
+
+    group = torch.tensor([10, 2, 10, 2])
+    b = make_batch(group=group, rewards=torch.tensor([1.0, 0.0, 0.0, 0.0])).validate()
+    assert b.group.tolist() == [10, 2, 10, 2]
+    a = advantages.grpo(b.rewards.double(), b.group, std="population", eps=1e-6)
+    x = 0.5 / (0.5 + 1e-6)
+    torch.testing.assert_close(a, torch.tensor([x, 0.0, -x, 0.0], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+    assert b.select(torch.tensor([2, 0])).group.tolist() == [10, 10]
 
 
 def test_float_group_ids_refused():

@@ -19,6 +19,10 @@ import torch
 from cli_utils import assert_one_clear_error, cli, fingerprint, popen, write_config
 
 
+# its tests share the module fixture `trained_run`: one worker under xdist
+pytestmark = pytest.mark.xdist_group("test_reliability_cli")
+
+
 @pytest.fixture(scope="module")
 def trained_run(tiny_model_dir, tmp_path_factory):
     """A finished 2-step run with checkpoints at steps 1 and 2 (copy it before changing it)."""

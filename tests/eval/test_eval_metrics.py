@@ -8,7 +8,12 @@ import shutil
 
 import pytest
 
-from cli_utils import assert_one_clear_error, cli, write_config
+from cli_utils import assert_one_clear_error, write_config
+from cli_utils import cli_inprocess as cli  # the subprocess is not what these tests check
+
+
+# its tests share the module fixture `arith_run`: one worker under xdist
+pytestmark = pytest.mark.xdist_group("test_eval_metrics")
 
 
 @pytest.fixture(scope="module")

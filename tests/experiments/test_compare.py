@@ -230,7 +230,7 @@ def test_a_run_directory_made_with_another_config_is_refused(tmp_path, tiny_mode
 
 
 def test_cli_compare(tmp_path, tiny_model_dir):
-    from cli_utils import cli
+    from cli_utils import cli_inprocess as cli  # the subprocess is not what this checks
 
     data = config(tmp_path, tiny_model_dir, methods=("grpo",))
     path = write(tmp_path, data)

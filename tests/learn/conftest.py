@@ -131,3 +131,16 @@ def real_site(tmp_path_factory):
     out = tmp_path_factory.mktemp("real-site")
     site.build_site(out, complete=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def fixture_site(tmp_path_factory):
+    """(FixtureBank, output directory) of the site built once per session from the fixture
+    bank (test_site.py reads its pages, test_browser.py opens them). Read only."""
+    from policylab.learn import site
+
+    root = tmp_path_factory.mktemp("site")
+    fb = FixtureBank(root / "bank")
+    index = site.build_site(root / "out", bank_dir=fb.bank_dir, examples=EXAMPLES, topics_path=fb.topics_path,
+                            complete=False)
+    return fb, index.parent

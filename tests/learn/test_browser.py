@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from policylab.learn import site
-
-from .conftest import EXAMPLES, FixtureBank
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1200,900"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# the sites it opens are session fixtures that test_site.py builds too: one worker under xdist
+pytestmark = pytest.mark.xdist_group("learn_site")
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +52,9 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    root = tmp_path_factory.mktemp("browser-site")
-    fb = FixtureBank(root / "bank")
-    return site.build_site(root / "out", bank_dir=fb.bank_dir, examples=EXAMPLES, topics_path=fb.topics_path,
-                           complete=False).parent
+def built(fixture_site):
+    """The fixture bank's site, the one test_site.py checks (built once per session)."""
+    return fixture_site[1]
 
 
 def _shot(driver, name):

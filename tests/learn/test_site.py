@@ -19,6 +19,9 @@ from policylab.learn.examples import EXAMPLES as REAL_EXAMPLES
 
 from .conftest import EXAMPLES, FixtureBank
 
+# the sites are session fixtures that test_browser.py opens too: one worker under xdist
+pytestmark = pytest.mark.xdist_group("learn_site")
+
 _DATA = re.compile(r'<script type="application/json" id="(example-data|index-data|figure-data)">(.*?)</script>', re.S)
 
 
@@ -83,15 +86,6 @@ def check_numbers_against_fresh_calls(out: Path, examples, pages) -> int:
                     assert shown[lang][(qid, key)] == bank.render_value(value, lang), (page, qid, key, lang)
             n += 1
     return n
-
-
-@pytest.fixture(scope="module")
-def fixture_site(tmp_path_factory):
-    root = tmp_path_factory.mktemp("site")
-    fb = FixtureBank(root / "bank")
-    index = site.build_site(root / "out", bank_dir=fb.bank_dir, examples=EXAMPLES, topics_path=fb.topics_path,
-                            complete=False)
-    return fb, index.parent
 
 
 def test_pages_written(fixture_site):

@@ -2,6 +2,7 @@
 sequences come from, how they are labelled, and the invariants of its specification."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -404,12 +405,15 @@ def test_graft_trains_with_an_initial_copy_peer_and_refuses_a_changed_peer_on_re
 
 
 def test_erils_caps_external_rows_and_normalizes_per_source(tiny_model_dir, tmp_path, other_model_dir):
-    tr = trainer(tiny_model_dir, tmp_path, "erils", {"external_model": str(other_model_dir), "external_cap": 3,
-                                                      "external_max_new_tokens": 6})
+    # parity rewards (mixed on a random model) and a cap that keeps some external rows and
+    # rejects others on this seed, so both sources and the cap are exercised
+    tr = trainer(tiny_model_dir, tmp_path, "erils", {"external_model": str(other_model_dir), "external_cap": 6,
+                                                      "external_max_new_tokens": 6}, "trainer_utils:parity_reward")
     batch, _ = tr.collect()
     ext = batch.source_rows("external")
     lengths = batch.response_lengths
-    assert bool((lengths[ext] <= 3).all())  # over-length external rollouts never reach the loss
+    assert bool(ext.any()), "no external row reached the batch: the per-source check would be empty"
+    assert bool((lengths[ext] <= 6).all())  # over-length external rollouts never reach the loss
     rejected = batch.extras["erils_rejected"]
     for g in torch.unique(batch.group).tolist():
         rows = batch.group == g
@@ -417,9 +421,24 @@ def test_erils_caps_external_rows_and_normalizes_per_source(tiny_model_dir, tmp_
         assert int((rows & ~ext).sum()) == 2
     assert set(batch.producers[i] for i in ext.nonzero().squeeze(-1).tolist()) <= {other_model_dir.name}
     _, A, m = tr.round_inputs(tr.prepare(batch))
-    torch.testing.assert_close(A.adv, K.erils_advantages(batch.rewards, batch.group, ext))
+    # naive reference: (r − mean)/(std + eps) within each (group, source), population std
+    r = batch.rewards.double()
+    want = torch.zeros(batch.size, dtype=torch.float64)
+    for g in torch.unique(batch.group).tolist():
+        for side in (ext, ~ext):
+            rows = ((batch.group == g) & side).nonzero().squeeze(-1).tolist()
+            if not rows:
+                continue
+            vals = [float(r[i]) for i in rows]
+            mu = sum(vals) / len(vals)
+            sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / len(vals))
+            for i in rows:
+                want[i] = (float(r[i]) - mu) / (sd + 1e-6)
+    assert float(want.abs().sum()) > 0, "every (group, source) without spread: nothing to normalize"
+    torch.testing.assert_close(A.adv.double(), want, rtol=1e-5, atol=1e-6)
     assert m["erils/external_rejected"] == float(sum(int(rejected[batch.group == g][0])
                                                      for g in torch.unique(batch.group).tolist()))
+    assert m["erils/external_rejected"] > 0
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -20,8 +20,9 @@ from policylab.trainer.loop import Trainer
 from trainer_utils import tiny_config
 
 
-def _trainer(tiny_model_dir, tmp_path, name, **sections):
-    ex = exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
+def _trainer(tiny_model_dir, tmp_path, name, prepared=None, **sections):
+    # prepared: the session's `prepared_dir` for RFPO (its critic is trained once)
+    ex = exercise_settings(name, model=str(tiny_model_dir), workdir=prepared or tmp_path / "prepared")
     params = {**ex.pop("method_params", {}), **sections.pop("method_params", {})}
     merged = {k: {**ex.get(k, {}), **sections.get(k, {})} for k in set(ex) | set(sections)}
     return Trainer(tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params=params, **merged))
@@ -207,8 +208,8 @@ def test_code_opt_stops_malicious_candidates_scores_them_zero_and_the_run_goes_o
 
 
 # ----------------------------------------------------------------------------- rfpo
-def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
+def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tiny_model_dir, tmp_path, prepared_dir):
+    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
     critic = tr.controllers["frozen_critic"]
     params = list(critic.parameters())
     assert params and all(not p.requires_grad for p in params)
@@ -228,8 +229,8 @@ def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tin
     assert "rfpo/critic_final_mean" in m
 
 
-def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
+def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path, prepared_dir):
+    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
     s, ctx = _sampled(tr)
     st = _stage(tr, mr.rfpo_critic)
     right, _ = st.fn(s, ctx.for_stage(tr.method, st))
@@ -239,11 +240,11 @@ def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path):
     torch.testing.assert_close(right["extras"]["critic_values"], flipped["extras"]["critic_values"])
 
 
-def test_rfpo_reward_stage_never_calls_the_verifier(tiny_model_dir, tmp_path):
+def test_rfpo_reward_stage_never_calls_the_verifier(tiny_model_dir, tmp_path, prepared_dir):
     # "no verifier during RL": the critic's forecast is the reward, so the reward stage must
     # work with a task whose verifier cannot score anything (it used to call it on every reply
     # and stop the step on None)
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
+    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
     s, ctx = _sampled(tr)
     st = _stage(tr, mr.rfpo_critic)
     calls = []
@@ -269,15 +270,15 @@ def test_rfpo_reward_stage_never_calls_the_verifier(tiny_model_dir, tmp_path):
     assert changes["outcome"]["correct"].tolist() == [float(x) for x in (finished & (vhat >= tr.method.p.tau)).tolist()]
 
 
-def test_rfpo_state_is_the_critic_path_and_refuses_another_critic(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo")
+def test_rfpo_state_is_the_critic_path_and_refuses_another_critic(tiny_model_dir, tmp_path, prepared_dir):
+    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
     st = tr.controllers["frozen_critic"].state_dict()
     assert set(st) == {"path", "fingerprint", "head_sha"}  # no weights in the run's checkpoint
     with pytest.raises(CriticError, match="another critic"):
         tr.controllers["frozen_critic"].load_state_dict({**st, "head_sha": "0" * 32})
 
 
-def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model_dir, tmp_path, tokenizer):
+def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model_dir, tmp_path, tokenizer, prepared_dir):
     from policylab.models import loading as models
     from policylab.methods.spec import RunShape
 
@@ -285,7 +286,7 @@ def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model
         methods.get("rfpo").with_params({}, RunShape()).state_objects(0)
     with pytest.raises(Exception, match="no critic.json"):
         methods.get("rfpo").with_params({"critic_path": str(tmp_path)}, RunShape())
-    path = exercise_settings("rfpo", model=str(tiny_model_dir), workdir=tmp_path)["method_params"]["critic_path"]
+    path = exercise_settings("rfpo", model=str(tiny_model_dir), workdir=prepared_dir)["method_params"]["critic_path"]
     other = models.tiny_llama(tokenizer, seed=1)
     with pytest.raises(CriticError, match="other base weights"):
         FrozenCritic(path, base=other)

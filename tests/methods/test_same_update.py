@@ -277,12 +277,12 @@ def test_same_update_as_recorded(name, tiny_model_dir, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", methods.names())
-def test_update_does_not_depend_on_the_micro_batch_size(name, tiny_model_dir, tmp_path):
+def test_update_does_not_depend_on_the_micro_batch_size(name, tiny_model_dir, tmp_path, prepared_dir):
     # every registered method (the ones added since the recording too): one round on one
     # batch (8 rows, 2 groups of 4), the whole batch as one optimizer step: one row per
     # micro-batch vs all eight at once must give the same gradient, whatever the method
     # computes across the rows of a group
-    exercise = exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
+    exercise = exercise_settings(name, model=str(tiny_model_dir), workdir=prepared_dir)
     sections = {k: {**_BASE.get(k, {}), **exercise.get(k, {})} for k in ("rollout", "train")}
     sections["train"]["minibatches"] = 1  # the whole batch is the optimizer step here
     cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name,

@@ -11,7 +11,12 @@ from policylab.trainer.config import config_from_dict
 from policylab.pipelines.critic_pretraining import CriticBudget, train_frozen_critic
 from policylab.models.frozen_critic import CriticError, FrozenCritic, prefix_positions
 
-from cli_utils import cli, write_config
+from cli_utils import write_config
+from cli_utils import cli_inprocess as cli  # the subprocess is not what these tests check
+
+
+# its tests share the module fixture `critic_dir`: one worker under xdist
+pytestmark = pytest.mark.xdist_group("test_critic_pretraining")
 
 
 @pytest.fixture(scope="module")

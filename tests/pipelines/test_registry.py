@@ -12,7 +12,7 @@ from policylab.cli import build_parser, main
 from policylab.errors import ConfigError
 from policylab.pipelines import PIPELINES, Pipeline, get_pipeline
 
-from cli_utils import cli
+from cli_utils import cli_inprocess as cli  # the subprocess is not what this checks
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -120,10 +120,10 @@ def test_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("name", methods.names())
-def test_every_method_runs_one_real_step(name, tiny_model_dir, tmp_path):
+def test_every_method_runs_one_real_step(name, tiny_model_dir, tmp_path, prepared_dir):
     # under the settings the method needs to do anything (its spec's `exercise`, plus what
     # must be made first for this model, e.g. RFPO's critic)
-    exercise = exercise_settings(name, model=str(tiny_model_dir), workdir=tmp_path / "prepared")
+    exercise = exercise_settings(name, model=str(tiny_model_dir), workdir=prepared_dir)
     sections = {"method": name, "method_params": {}, **exercise}
     cfg = tiny_config(tiny_model_dir, tmp_path / name, **sections)
     tr = Trainer(cfg)

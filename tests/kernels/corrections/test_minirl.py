@@ -95,15 +95,6 @@ def test_routing_checks():
         RoutingRecord(torch.zeros(2, 5, 3, dtype=torch.long), model_id="m")
 
 
-def test_clipping_never_alters_routes():
-    idx = torch.randint(0, 8, (1, 2, 3, 2))
-    rec = RoutingRecord(idx.clone(), model_id="m")
-    lp_old = torch.log(torch.full((1, 2), 0.3, dtype=F64))
-    minirl_loss(lp_old + 1.0, lp_old, lp_old, torch.ones(1, dtype=F64), torch.ones(1, 2, dtype=torch.bool),
-                eps_low=0.2, eps_high=0.2, engine_cap=None)
-    assert torch.equal(rec.expert_indices, idx)
-
-
 def test_refusals():
     lp, lp_old, lp_mu, adv, mask = roles(22)
     with pytest.raises(MissingQuantityError, match="logp_old"):

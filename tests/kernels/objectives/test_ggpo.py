@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from policylab import RolloutBatch
+from policylab import methods
 from policylab.errors import MissingQuantityError, ShapeError
 from policylab.kernels.objectives import METRIC_KEYS
 from policylab.kernels.objectives.ggpo import ggpo, gibbs_coefficients
@@ -75,24 +75,16 @@ def test_gradient_is_minus_kappa_and_survives_ref_clip():
     assert set(METRIC_KEYS) <= set(m)
 
 
-def test_no_behavior_argument_and_provenance_untouched():
+def test_no_behavior_or_old_policy_reaches_ggpo():
+    # the kernel takes no behavior or old log-probs, and the registered method's active
+    # stages read none: GGPO's κ comes from the learner and the reference alone, so the
+    # trainer runs no old-logprob pass for it
     params = inspect.signature(ggpo).parameters
     assert not any("behavior" in p or p == "logp_old" for p in params)
-    B, T = 2, 3
-    batch = RolloutBatch(
-        tokens=torch.ones(B, 1 + T, dtype=torch.long), attention_mask=torch.ones(B, 1 + T, dtype=torch.bool),
-        loss_mask=torch.ones(B, T, dtype=torch.bool), prompt_width=1, group=torch.tensor([0, 0]),
-        policy_version=torch.tensor([3, 5]), batch_id="buf-1", source=("native", "external"),
-        producer=("policy", "external-model"),
-        logp_ref=torch.full((B, T), -1.0), rewards=torch.tensor([1.0, 0.0]),
-    ).validate()
-    lp = torch.full((B, T), -1.2, requires_grad=True)
-    ggpo(lp, batch.logp_ref, batch.rewards, batch.group, batch.loss_mask, beta=1.0, coef_clip=1.0)
-    refreshed = batch.logp_ref - 0.5  # a refreshed reference changes kappa ...
-    ggpo(lp, refreshed, batch.rewards, batch.group, batch.loss_mask, beta=1.0, coef_clip=1.0)
-    # ... but never the stored provenance
-    assert batch.source == ("native", "external") and batch.producer == ("policy", "external-model")
-    assert batch.policy_version.tolist() == [3, 5]
+    m = methods.get("ggpo")
+    reads = {f for s in m.stages() if s.is_active(m.p) for f in s.reads}
+    assert "logp_ref" in reads and not reads & {"logp_behavior", "logp_old"}
+    assert set(m.roles) == {"logp_current", "logp_ref"}
 
 
 def test_refusals():
