@@ -236,10 +236,12 @@ def test_real_site_figures_equal_fresh_computation(real_site):
         name = page.stem.removeprefix("method-")
         data = embedded(page, "figure-data")
         fig = figures.figure(name)
-        assert json.dumps({k: v for k, v in data.items() if k != "files"}, sort_keys=True) == \
+        assert json.dumps({k: v for k, v in data.items() if k not in ("files", "narrow")}, sort_keys=True) == \
             json.dumps(fig.data(), sort_keys=True), name
         for lang in bank.LANGS:
             assert (real_site / data["files"][lang]).read_text(encoding="utf-8") == figures.render.svg(fig, lang)
+            assert (real_site / data["narrow"][lang]).read_text(encoding="utf-8") == \
+                figures.render.svg(fig, lang, columns=1)
     for o in figures.overlay_defs():
         data = embedded(real_site / f"overlay-{o.key}.html", "figure-data")
         assert data["methods"] == list(o.methods) and data["key"] == o.key

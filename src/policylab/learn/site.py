@@ -7,7 +7,8 @@
     compare.html         the comparison table of every registered method (from the cards)
     topics.html          reading order and cross-method questions
     overlay-<id>.html    one view of several methods on shared axes (learn/figures/overlays.yaml)
-    figures/<key>.<lang>.svg   every figure in both languages, computed when the site is built
+    figures/<key>.<lang>[.narrow].svg   every figure in both languages (and one panel wide,
+                         for small screens), computed when the site is built
                          by the kernels and the methods' own stages and loss (learn/figures);
                          the method page shows its figure beside the formula
     source/policylab/<...>.py.html   the kernel source files, line-numbered, each line an
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import anatomy, bank, figures, lessons
+from policylab.learn import anatomy, bank, figures, glossary, lessons
 from policylab.learn.bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
 from policylab.learn.figures import render
 from policylab.learn.site_text import CARD_ROWS, CATEGORY, STAGE, UI
@@ -129,6 +130,32 @@ def example_data(questions) -> dict:
 # --------------------------------------------------------------------------- pages
 
 
+def formula_lines(text: str) -> str:
+    """A formula block, one block-level span per line: on a wide window a line too long for
+    the column wraps with a hanging indent (CSS); copied text keeps its line breaks."""
+    return "".join(f'<span class="fl">{esc(line) or " "}\n</span>' for line in text.splitlines())
+
+
+# card rows whose values are prose, shown in Chinese from the glossary (the others are
+# names, numbers and code)
+PROSE_ROWS = ("family", "summary", "samples", "learns", "reference", "critic", "status", "not_established",
+              "confirmed", "unconfirmed", "inputs", "changes")
+
+
+def card_cell(key: str, value: str, items=()) -> str:
+    """One card value in both languages when it is prose (`learn.glossary`), else as is;
+    `items`: the card's unconfirmed list (translated item by item)."""
+    if key not in PROSE_ROWS:
+        return esc(value)
+    if key == "unconfirmed":
+        zh = "；".join(glossary.field(item, "zh") for item in items)
+    elif key == "inputs" and glossary.zh(value) is None:
+        return esc(value)  # field names, not prose
+    else:
+        zh = glossary.field(value, "zh")
+    return esc(value) if zh == value else bi({"en": value, "zh": zh})
+
+
 def card_rows(entry: MethodEntry) -> dict:
     r, c = entry.method, entry.method.card
     vals = dict(title=c.title, arxiv=c.arxiv, family=c.family, summary=c.summary, samples=c.samples, learns=c.learns,
@@ -139,8 +166,13 @@ def card_rows(entry: MethodEntry) -> dict:
     return {k: v for k, v in vals.items() if v}
 
 
-def figure_file(key: str, lang: str) -> str:
-    return f"figures/{key}.{lang}.svg"
+def figure_file(key: str, lang: str, narrow: bool = False) -> str:
+    return f"figures/{key}.{lang}{'.narrow' if narrow else ''}.svg"
+
+
+# below this window width the page shows the one-column drawing of a figure (at about its
+# natural size: 8-pt text stays 8 pt on a phone), and a visible link to the full-size one
+NARROW_MEDIA = "(max-width: 40rem)"
 
 
 def figure_html(fig: figures.Figure, key: str) -> str:
@@ -148,26 +180,33 @@ def figure_html(fig: figures.Figure, key: str) -> str:
     what was called to compute it."""
     imgs = "".join(
         f'<a class="{lang}" lang="{lang}" href="{esc(figure_file(key, lang))}" '
-        f'title="{esc(UI["full_size"][lang])}"><img src="{esc(figure_file(key, lang))}" '
-        f'alt="{esc(figures.alt_text(fig, lang))}" data-figure="{esc(key)}" loading="eager"></a>' for lang in LANGS)
+        f'title="{esc(UI["full_size"][lang])}"><picture>'
+        f'<source media="{NARROW_MEDIA}" srcset="{esc(figure_file(key, lang, narrow=True))}">'
+        f'<img src="{esc(figure_file(key, lang))}" '
+        f'alt="{esc(figures.alt_text(fig, lang))}" data-figure="{esc(key)}" loading="eager"></picture></a>'
+        for lang in LANGS)
+    zoom = "".join(f'<a class="zoom {lang}" lang="{lang}" href="{esc(figure_file(key, lang))}">'
+                   f'{esc(UI["zoom"][lang])}</a>' for lang in LANGS)
     sources = "; ".join(dict.fromkeys(p.source for p in fig.panels))
-    return (f'<figure class="plot" id="figure">{imgs}<figcaption>{bi(fig.caption, "p")}'
+    return (f'<figure class="plot" id="figure">{imgs}<figcaption>{zoom}{bi(fig.caption, "p")}'
             f'<p class="muted">{ui("figure_source")} <code>{esc(sources)}</code></p></figcaption></figure>')
 
 
 def figure_data(fig: figures.Figure, key: str) -> dict:
-    return {**fig.data(), "files": {lang: figure_file(key, lang) for lang in LANGS}}
+    return {**fig.data(), "files": {lang: figure_file(key, lang) for lang in LANGS},
+            "narrow": {lang: figure_file(key, lang, narrow=True) for lang in LANGS}}
 
 
 def method_page(entry: MethodEntry, have: set, fig: figures.Figure | None = None, overlays=()) -> str:
     rows = card_rows(entry)
-    card = "".join(f"<tr><th>{bi(label)}</th><td>{esc(rows[k])}</td></tr>" for k, label in CARD_ROWS if k in rows)
+    card = "".join(f"<tr><th>{bi(label)}</th><td>{card_cell(k, rows[k], entry.card.unconfirmed)}</td></tr>" for k, label in CARD_ROWS
+                   if k in rows)
     formulas = []
     for k in anatomy.kernels(entry.method):
         src = link(f"source/{k.path}.html#L{k.line}", f"{esc(k.path)}:{k.line}")
         formulas.append(f"<h3>{bi(STAGE[k.stage])}: <code>{esc(k.qualname)}</code> "
                         f'<span class="muted">({ui("source")}: {src})</span></h3>'
-                        f"<pre>{esc(k.formula or entry.card.summary)}</pre>")
+                        f'<pre class="formula">{formula_lines(k.formula or entry.card.summary)}</pre>')
     plot, data = "", ""
     if fig is not None:
         also = ""
@@ -249,10 +288,10 @@ def compare_page(have: set) -> str:
     rows = []
     for row in anatomy.comparison_table():
         cells = [f"<td>{method_link(row['method'], have)}</td>"]
-        cells += [f"<td>{esc(row[key])}</td>" for key, _ in anatomy.COMPARISON_COLUMNS[1:]]
+        cells += [f"<td>{card_cell(key, row[key])}</td>" for key, _ in anatomy.COMPARISON_COLUMNS[1:]]
         rows.append(f'<tr data-method="{esc(row["method"])}">{"".join(cells)}</tr>')
     body = (f'<h1>{ui("compare")}</h1><p class="muted">{ui("compare_note")}</p>'
-            f'<div style="overflow-x:auto"><table class="compare"><tr>{head}</tr>{"".join(rows)}</table></div>')
+            f'<div class="compare-box"><table class="compare"><tr>{head}</tr>{"".join(rows)}</table></div>')
     return page(UI["compare"], body)
 
 
@@ -328,6 +367,7 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     for key, fig in {**figs, **{f"overlay-{k}": f for k, f in overlay_figs.items()}}.items():
         for lang in LANGS:
             pages[figure_file(key, lang)] = render.svg(fig, lang)
+            pages[figure_file(key, lang, narrow=True)] = render.svg(fig, lang, columns=1)
     for rel in sorted({k.path for e in entries for k in anatomy.kernels(e.method)}):
         pages[f"source/{rel}.html"] = source_page(rel)
     return write_pages(Path(out_dir), pages)

@@ -38,6 +38,7 @@ UI = {
     "figure": {"en": "Figure", "zh": "图"},
     "figure_source": {"en": "Computed when this site was built by", "zh": "构建本站时由以下调用计算："},
     "full_size": {"en": "open the figure at full size", "zh": "查看原尺寸图"},
+    "zoom": {"en": "Open the figure at full size ↗", "zh": "查看原尺寸图 ↗"},
     "overlays": {"en": "Overlays: several methods on the same axes", "zh": "对比图：多个方法画在同一坐标轴上"},
     "overlays_nav": {"en": "Overlays", "zh": "对比图"},
     "overlay_methods": {"en": "Methods drawn", "zh": "图中的方法"},
