@@ -35,3 +35,14 @@ def test_the_page_is_up_to_date():
         f"open('{coverage.DOC}', 'w').write(coverage.markdown())\"`")
     n = len(coverage.rows())
     assert f"Cells with a question: {4 * n} of {4 * n}." in page
+
+
+def test_the_reading_order_covers_every_method_and_is_numbered_once():
+    from policylab.learn import bank, lessons
+
+    t = bank.topics("en")
+    have = {m for s in t.reading_order for m in s.methods}
+    assert set(lessons.shipped_names()) <= have, sorted(set(lessons.shipped_names()) - have)
+    for s in bank.topics().reading_order:  # the page's <ol> numbers the steps: titles carry no number
+        for lang, title in s.topic.items():
+            assert not title[:1].isdigit(), (lang, title)
