@@ -2,6 +2,8 @@
 
     index.html           search box + filters (method, family, category, language) in vanilla
                          JS over a JSON index embedded in the page
+    metric-<name>.html, literature-<name>.html   the card and four questions of each metric
+                         (calib_rl, sharpening_tax, pass_at_k) and literature-only card (orl)
     method-<name>.html   card, formulas, the four questions (answers open on click) with the
                          live numbers of their examples, links to the kernels' source
     compare.html         the comparison table of every registered method (from the cards)
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import anatomy, bank, figures, glossary, lessons
+from policylab.learn import anatomy, bank, figures, glossary, lessons, metric_questions
 from policylab.learn.bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
 from policylab.learn.figures import render
 from policylab.learn.site_text import CARD_ROWS, CATEGORY, STAGE, UI
@@ -226,6 +228,26 @@ def method_page(entry: MethodEntry, have: set, fig: figures.Figure | None = None
     return page({"en": f"{entry.name} · policylab", "zh": f"{entry.name} · policylab"}, body)
 
 
+def subject_href(subject) -> str:
+    return f"{subject.kind}-{subject.name}.html"
+
+
+def subject_page(subject, questions, have: set) -> str:
+    """A metric's or a literature-only card's page: its card (as `policylab explain` prints
+    it, in both languages through the glossary) and its four questions with live numbers."""
+    from policylab.learn.quiz import localized_card, subject_card_text
+
+    text = subject_card_text(subject)
+    kind = UI["kind_" + subject.kind]
+    body = (f'<h1>{esc(subject.name)} <span class="badge">{bi(kind)}</span></h1>'
+            f'<h2>{ui("card")}</h2><pre class="formula">'
+            f'<span class="en" lang="en">{formula_lines(text)}</span>'
+            f'<span class="zh" lang="zh">{formula_lines(localized_card(text, "zh"))}</span></pre>'
+            f'<h2>{ui("questions")}</h2>{"".join(question_html(q, have) for q in questions)}'
+            + json_script("example-data", example_data(questions)))
+    return page({"en": f"{subject.name} · policylab", "zh": f"{subject.name} · policylab"}, body)
+
+
 def _select(element_id: str, all_label: dict, options: list[tuple[str, dict]]) -> str:
     opts = [f'<option value="" data-t-en="{esc(all_label["en"])}" data-t-zh="{esc(all_label["zh"])}">'
             f'{esc(all_label["en"])}</option>']
@@ -235,11 +257,14 @@ def _select(element_id: str, all_label: dict, options: list[tuple[str, dict]]) -
     return f'<select id="{element_id}">{"".join(opts)}</select>'
 
 
-def index_items(entries: list[MethodEntry], topic_data: Topics) -> list[dict]:
+def index_items(entries: list[MethodEntry], topic_data: Topics, extra=None) -> list[dict]:
     family = {e.name: e.card.family for e in entries}
     family.update({n: methods.get(n).card.family for q in topic_data.questions for n in q.methods})
+    extra = extra or {}
+    family.update({s.name: s.kind for s in extra})
     items = []
     for q, href in [(q, method_href(e.name)) for e in entries for q in e.questions] + \
+                   [(q, subject_href(s)) for s, qs in extra.items() for q in qs] + \
                    [(q, "topics.html") for q in topic_data.questions]:
         items.append(dict(id=q.id, methods=list(q.methods) + ([q.compare_with] if q.compare_with else []),
                           families=sorted({family[m] for m in q.methods}), category=q.category,
@@ -258,10 +283,11 @@ def overlay_page(d: figures.OverlayDef, fig: figures.Figure, have: set) -> str:
     return page(d.title, body)
 
 
-def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> str:
-    names = [e.name for e in entries if e.questions]  # the filters: methods with questions
-    families = sorted({e.card.family for e in entries if e.questions})
-    data = dict(items=index_items(entries, topic_data), categories=CATEGORY, ui={"count": UI["count"]})
+def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=(), extra=None) -> str:
+    extra = extra or {}
+    names = [e.name for e in entries if e.questions] + [s.name for s in extra]  # the filters: subjects with questions
+    families = sorted({e.card.family for e in entries if e.questions} | {s.kind for s in extra})
+    data = dict(items=index_items(entries, topic_data, extra), categories=CATEGORY, ui={"count": UI["count"]})
     filters = (
         f'<div class="filters"><input id="q" type="search" autocomplete="off" placeholder="{esc(UI["search"]["en"])}" '
         f'data-ph-en="{esc(UI["search"]["en"])}" data-ph-zh="{esc(UI["search"]["zh"])}">'
@@ -273,11 +299,14 @@ def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> s
     listing = "".join(f"<li>{link(method_href(e.name), esc(e.name))} <span class=\"muted\">{esc(e.card.family)}</span>"
                       + ("" if e.questions else f' <span class="badge no-lesson">{ui("no_lesson")}</span>') + "</li>"
                       for e in entries)
+    others = "".join(f'<li>{link(subject_href(s_), esc(s_.name))} <span class="muted">{bi(UI["kind_" + s_.kind])}</span></li>'
+                     for s_ in extra)
     over = "".join(f"<li>{link(overlay_href(o.key), bi(o.title))} <span class=\"muted\">{esc(', '.join(o.methods))}</span></li>"
                    for o in overlays)
     body = (f'<h1>{ui("site")}</h1>{ui("intro", "p")}{filters}<p id="count" class="count"></p>'
             f'<noscript>{ui("noscript", "p")}</noscript><ul id="results" class="results"></ul>'
             f'<h2>{ui("methods")}</h2><ul class="methods-list">{listing}</ul>'
+            f'<h2 id="subjects">{ui("subjects")}</h2><ul class="methods-list">{others}</ul>'
             f'<h2 id="overlays">{ui("overlays")}</h2><ul class="overlays-list">{over}</ul>'
             + json_script("index-data", data))
     return page(UI["site"], body)
@@ -336,7 +365,7 @@ def method_figures(entries: list[MethodEntry], *, complete: bool, figures_dir=No
 
 def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data: Topics | None = None,
                complete: bool = True, bank_dir=None, examples=None, topics_path=None, figures_dir=None,
-               overlays_path=None) -> Path:
+               overlays_path=None, extra_subjects=None) -> Path:
     """Write the site into `out_dir` and return the path of its index.html.
 
     entries / topic_data: an already built bank (both languages); by default the package's
@@ -344,7 +373,10 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     yet). A registered method the project does not ship and the bank has no entry for is
     listed with "no lesson yet" (`unlessoned`). Figures: see `method_figures` (default
     definitions: learn/figures/defs/; a missing one raises `figures.FigureError` naming the
-    file to write). overlays_path: the overlay list (default learn/figures/overlays.yaml)."""
+    file to write). overlays_path: the overlay list (default learn/figures/overlays.yaml).
+    extra_subjects: {Subject: [Question]} of the metrics and literature-only cards, each on
+    a page `<kind>-<name>.html` (default: `metric_questions.extra_bank`, when the bank is
+    the package's own; a fixture bank gets none)."""
     if entries is None:
         entries = bank.build_bank(None, bank_dir=bank_dir, examples=examples, complete=complete)
     if topic_data is None:
@@ -357,8 +389,12 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     have = {e.name for e in entries}
     overlay_defs = figures.overlay_defs(overlays_path)
     overlay_figs = {o.key: figures.overlay(o) for o in overlay_defs}
-    pages = {"index.html": index_page(entries, topic_data, overlay_defs), "compare.html": compare_page(have),
+    extra = extra_subjects if extra_subjects is not None else (
+        metric_questions.extra_bank(None, examples=examples) if bank_dir is None else {})
+    pages = {"index.html": index_page(entries, topic_data, overlay_defs, extra), "compare.html": compare_page(have),
              "topics.html": topics_page(topic_data, have)}
+    for subj, qs in extra.items():
+        pages[subject_href(subj)] = subject_page(subj, qs, have)
     for e in entries:
         pages[method_href(e.name)] = method_page(e, have, figs.get(e.name),
                                                  [o for o in overlay_defs if e.name in o.methods])
