@@ -74,31 +74,11 @@ def load_reasoning_gym(
         for i, (completion, meta) in enumerate(zip(completions, metas)):
             if not isinstance(meta, dict) or meta.get("dataset") != name or "entry" not in meta:
                 raise PolicylabError(f"metas[{i}] is not an example meta of reasoning-gym dataset {name!r}")
-            out.append(single_answer_score(dataset, extract(completion), meta["entry"]))
+            out.append(float(dataset.score_answer(answer=extract(completion), entry=meta["entry"])))
         return out
 
     score.__name__ = f"reasoning_gym_{name}"
     return examples, score
-
-
-def single_answer_score(dataset, answer: str | None, entry: dict) -> float:
-    """The dataset's own `score_answer(answer, entry)`, except the substring credit.
-
-    reasoning-gym's default scorer (and the fallback of some datasets' own, e.g.
-    chain_sum's decimal comparison) pays len(oracle) / len(answer) when the oracle is a
-    substring of a longer answer: "1292" earns 0.75 for the oracle "292", "41 42 43" earns
-    0.25 for "42", more than an honest wrong answer. Contract: that credit (a score equal
-    to len(oracle) / len(answer) for an answer that contains the oracle and is not it) is
-    paid as 0.0; every other score is the dataset's (its exact matches, its own partial
-    credit rules). A score that is not a finite number in [0, 1] is refused."""
-    value = float(dataset.score_answer(answer=answer, entry=entry))
-    if not 0.0 <= value <= 1.0:  # NaN fails both comparisons
-        raise PolicylabError(f"reasoning-gym scorer of {type(dataset).__name__} returned {value} (not in [0, 1])")
-    oracle = entry.get("answer")
-    if (isinstance(answer, str) and isinstance(oracle, str) and oracle and answer != oracle and oracle in answer
-            and 0.0 < value < 1.0 and abs(value - len(oracle) / len(answer)) < 1e-12):
-        return 0.0
-    return value
 
 
 # ------------------------------------------------------------------ train stream + held-out split
@@ -151,11 +131,8 @@ class ReasoningGymTask:
 
     Verifier `score(completions, answers, **context)`: `extract(reply)` (EXTRACTORS:
     "answer_tag" = the last <answer> tag, else the whole reply; "last_number"), then the
-    dataset's own `score_answer(answer, entry)` without its substring credit
-    (`single_answer_score`); the dataset's scale (usually 0/1, some give partial credit in
-    [0, 1]). What is not guarded: a dataset's own rule, e.g. gsm_symbolic's scorer reads
-    the first unsigned number, so "-288" earns 1.0 for 288 (task.name=gsm scores with
-    math_verify by default, which does not).
+    dataset's own `score_answer(answer, entry)`; the dataset's scale (usually 0/1, some
+    give partial credit in [0, 1]).
     """
 
     def __init__(self, dataset: str, *, seed: int, config: dict | None = None, heldout_fraction: float = 0.5,
@@ -303,7 +280,8 @@ class ReasoningGymTask:
                     raise PolicylabError(
                         f"answer {i} carries no entry of reasoning-gym dataset {name!r}: score the task's own examples "
                         "(their answers are policylab.tasks.Gold strings), or pass metas=[example.meta, ...]")
-                out.append(single_answer_score(scorer, extract(completion), meta["entry"]))
+                value = float(scorer.score_answer(answer=extract(completion), entry=meta["entry"]))
+                out.append(value)
             return out
 
         score.__name__ = f"reasoning_gym_{name}"

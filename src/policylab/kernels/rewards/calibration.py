@@ -11,19 +11,13 @@ right with probability p the expected reward p − p(1 − q)² − (1 − p)q²
 q = p (`expected_reward`).
 
 Parsing (library decision, strict): the reply must end with one field
-`confidence: <q>` (case-insensitive; `<q>` a decimal in ASCII digits such as 0.8, .8, 1 or
-0, or a percentage such as 80%), with nothing after it but whitespace. The answer is the text
+`confidence: <q>` (case-insensitive; `<q>` a decimal such as 0.8, .8, 1 or 0, or a
+percentage such as 80%), with nothing after it but whitespace. The answer is the text
 before the field. Anything else is not a confidence: a missing field, two fields, text
 after the number, a number outside [0, 1] (or outside [0%, 100%]). No value is ever
 clamped into range. Those replies take the explicit penalty path of `rlcr_rewards`:
 R = c − `invalid_penalty` (default 1.0, the largest Brier term a parsed confidence can
 get, so omitting or garbling the confidence never beats stating one).
-
-Contract (tests/adversarial/test_text_rewards.py): with invalid_penalty = 1 no reply with
-an unparsed confidence (missing, two fields, NaN/inf, a negative value, 1.5, 150%, a digit
-of another script) earns more than 0, the reward of an honest wrong answer stated with
-confidence 0; the answer is read from the text before the field only (a number in the
-field is never the answer), the last ASCII number of it (`exact_numeric_reward`).
 
 The multi-class kernel (the same score over a softmax, for a model that outputs a
 distribution over K classes) is `brier_score` and `brier_ce`; every class's probability
@@ -44,7 +38,7 @@ from policylab.kernels.rewards.verifiers import exact_numeric_reward
 
 CONFIDENCE_STATUSES = ("ok", "missing", "ambiguous", "malformed", "out_of_range")
 _FIELD = re.compile(r"confidence\s*[:=]", re.IGNORECASE)
-_VALUE = re.compile(r"\s*(?P<num>(?:\d+(?:\.\d*)?|\.\d+))\s*(?P<pct>%?)\s*\Z", re.ASCII)
+_VALUE = re.compile(r"\s*(?P<num>(?:\d+(?:\.\d*)?|\.\d+))\s*(?P<pct>%?)\s*\Z")
 
 
 @dataclass(frozen=True)
@@ -84,10 +78,8 @@ def parse_confidence(reply: str) -> ParsedConfidence:
 def confidence_answer_reward(completions, answers, **context) -> list[float]:
     """Verifier of the confidence task: the last number of the answer part (the text
     before the confidence field) must equal the gold answer. A number in the confidence
-    field is never read as the answer; a copy of the prompt (context `prompts`) is removed
-    first, as `exact_numeric_reward` does."""
-    return exact_numeric_reward([parse_confidence(c).answer for c in completions], answers,
-                                prompts=context.get("prompts"))
+    field is never read as the answer."""
+    return exact_numeric_reward([parse_confidence(c).answer for c in completions], answers)
 
 
 confidence_answer_reward.__name__ = "confidence_answer"

@@ -9,20 +9,15 @@ method's card says so. Each takes `(completions, answers)` like a verifier.
 Interval judge `numeric_interval` (x = last number of the reply, a = the gold answer,
 d = |x − a|):
 
-    no number            [0.0, 0.0]          (nothing to credit)
+    no number            [0.0, 0.3]          (uncertain, low)
     d = 0                [0.8, 1.0]          (right; the judge is not fully sure)
     d > 0                [s/2, s], s = 0.6/(1 + d)   (partial credit, shrinking with the error)
 
-so a right reply is determinately above every wrong one (0.8 > 0.6), a near miss above a
-far one when their intervals do not overlap, and a reply without a number below every
-reply that commits to one (s/2 > 0). Contract (tests/adversarial/test_text_rewards.py):
-declining to answer, NaN/inf text, digits of another script or an echoed question never
-rank above an honest wrong number; an interval of [0, 0.3] for "no number" (the earlier
-rule) was dominated only by right replies, while a far miss is dominated by every near
-one, so under Range-GRPO not answering beat answering wrongly. The answer read is the
-last ASCII number (`verifiers.extract_last_number`): listing several is worth one guess.
+so a right reply is determinately above every wrong one (0.8 > 0.3), a near miss above a
+far one when their intervals do not overlap, and a reply without a number overlaps most
+wrong ones (undetermined).
 
-Dimensions (each in [0, 1]; a reply without a number scores 0 on correct and closeness):
+Dimensions (each in [0, 1]):
 
     correct     1 if x = a (the exact-numeric verifier)
     closeness   1 / (1 + d)   (0 without a number)
@@ -63,7 +58,7 @@ def numeric_interval(completions: Sequence[str], answers: Sequence) -> torch.Ten
     for reply, a in zip(completions, answers):
         d = _distance(reply, a)
         if d is None:
-            out.append((0.0, 0.0))
+            out.append((0.0, 0.3))
         elif d == 0:
             out.append((0.8, 1.0))
         else:

@@ -1,17 +1,10 @@
 """A rule-based process reward for `grpo_process`: a response's steps are its lines.
 
 Step k of response i ends at the response token where its line ends (a token whose text
-contains a newline, or the last valid token). A step scores
-min(reward_fn([line], [answer]), reward_fn([response], [answer])): with the exact-numeric
-verifier, a line earns 1 when its last number is the correct result and the response's
-own final answer is right too. This is a transparent stand-in for a process reward
-model, enough to exercise the process-supervision advantage end to end; it is not a PRM.
-
-Contract (tests/adversarial/test_text_rewards.py): the gate on the whole response is what
-keeps the steps honest: without it a reply listing candidates one per line ("41\n42\n43")
-earned a step reward for the line holding the gold while its answer (43) is wrong, more
-than an honest wrong reply; now every step of a reply whose final answer is wrong scores
-at most that final answer's reward.
+contains a newline, or the last valid token). A step scores `reward_fn([line], [answer])`:
+with the exact-numeric verifier, a line earns 1 when its last number is the correct result.
+This is a transparent stand-in for a process reward model, enough to exercise the
+process-supervision advantage end to end; it is not a PRM.
 """
 
 from __future__ import annotations
@@ -21,8 +14,7 @@ import torch
 
 def line_steps(tokenizer, response_tokens: torch.Tensor, loss_mask: torch.Tensor, answers: list[str], reward_fn,
                *, max_steps: int = 8) -> dict[str, torch.Tensor]:
-    """Per-step rewards `[B, K]` (each gated by the response's final reward, see the
-    module doc), step ends `[B, K]` (response-token index, inclusive) and
+    """Per-step rewards `[B, K]`, step ends `[B, K]` (response-token index, inclusive) and
     step mask `[B, K]` for responses split at newlines. Lines beyond `max_steps` merge into
     the last step. A response with no valid token has no step (step_mask all False)."""
     B, T = response_tokens.shape
@@ -36,11 +28,10 @@ def line_steps(tokenizer, response_tokens: torch.Tensor, loss_mask: torch.Tensor
         toks = response_tokens[i, :n].tolist()
         cuts = [t for t, tok in enumerate(toks[:-1]) if "\n" in tokenizer.decode([tok])]
         cuts = cuts[: max_steps - 1] + [n - 1]
-        final = float(reward_fn([tokenizer.decode(toks, skip_special_tokens=True)], [answers[i]])[0])
         start = 0
         for k, end in enumerate(cuts):
             text = tokenizer.decode(toks[start : end + 1], skip_special_tokens=True)
-            rewards[i, k] = min(float(reward_fn([text], [answers[i]])[0]), final)
+            rewards[i, k] = float(reward_fn([text], [answers[i]])[0])
             ends[i, k], smask[i, k] = end, True
             start = end + 1
     return {"step_rewards": rewards, "step_ends": ends, "step_mask": smask}
