@@ -148,7 +148,7 @@ def test_language_switch(browser, built):
 _FIGURES = """
 var out = {};
 document.querySelectorAll('figure.plot img').forEach(function (img) {
-  var a = img.parentElement, r = img.getBoundingClientRect();
+  var a = img.closest('a'), r = img.getBoundingClientRect();
   out[a.getAttribute('lang')] = {complete: img.complete, w: img.naturalWidth, h: img.naturalHeight,
                                  shown: r.width > 0 && r.height > 0, alt: img.alt};
 });
@@ -195,12 +195,13 @@ def test_every_method_and_overlay_page_shows_a_loaded_figure_in_both_languages(b
         browser.find_element(By.CSS_SELECTOR, 'button[data-set-lang="zh"]').click()
         s = _check_figure(browser, "zh")
         assert any("\u4e00" <= ch <= "\u9fff" for ch in s["img"]["zh"]["alt"]), page.name
-    # opened directly in Chinese, and the figure beside the formula on a wide window
+    # opened directly in Chinese; on a wide window the formulas take the whole column and the
+    # figure follows them at its natural size
     browser.get((real_site / "method-kpop.html").as_uri() + "?lang=zh")
     _check_figure(browser, "zh")
     formula = browser.find_element(By.CSS_SELECTOR, ".formula-col").rect
     fig = browser.find_element(By.CSS_SELECTOR, ".figure-col").rect
-    assert fig["x"] >= formula["x"] + formula["width"] and abs(fig["y"] - formula["y"]) < 5
+    assert fig["y"] >= formula["y"] + formula["height"] and abs(fig["width"] - formula["width"]) < 2
     browser.execute_script("document.getElementById('figure').scrollIntoView()")
     _shot(browser, "method-figure-zh")
     browser.get((real_site / "index.html").as_uri() + "?lang=en")
@@ -211,3 +212,147 @@ def test_every_method_and_overlay_page_shows_a_loaded_figure_in_both_languages(b
     assert "overlay-engine-corrections.html" in browser.current_url
     _check_figure(browser, "en")
     _shot(browser, "overlay-en")
+
+
+# ------------------------------------------------------------------- layout, every page
+
+WIDTHS = (1280, 400)
+# the figure's body text is 8 pt (10.7 px at its natural size); on a phone it must not
+# shrink below 90 % of that
+MIN_FIGURE_SCALE = 0.9
+_LAYOUT = """
+var W = window.innerWidth, out = {page_overflow: document.documentElement.scrollWidth - W,
+  wide_formulas: [], unboxed: [], formulas: 0, figure: null, zoom: null};
+function scrolls(el) {
+  for (; el && el !== document.body; el = el.parentElement) {
+    var o = getComputedStyle(el).overflowX;
+    if (o === 'auto' || o === 'scroll') return el;
+  }
+  return null;
+}
+document.querySelectorAll('.formula-col pre').forEach(function (pre) {
+  out.formulas++;
+  if (pre.offsetParent === null) return;
+  var box = scrolls(pre);
+  if (pre.scrollWidth > pre.clientWidth + 1) {
+    out.wide_formulas.push({text: pre.textContent.slice(0, 60), over: pre.scrollWidth - pre.clientWidth,
+                            own_box: box === pre});
+  }
+});
+// anything drawn past the window's right edge that is not inside a box of its own that scrolls
+document.querySelectorAll('main *').forEach(function (el) {
+  var r = el.getBoundingClientRect();
+  if (r.width > 0 && r.right > W + 1 && !scrolls(el.parentElement) && getComputedStyle(el).position !== 'fixed') {
+    out.unboxed.push(el.tagName + '.' + el.className + ': ' + (el.textContent || '').slice(0, 50));
+  }
+});
+var img = Array.prototype.filter.call(document.querySelectorAll('figure.plot img'),
+                                      function (i) { return i.offsetParent !== null; })[0];
+if (img) {
+  out.figure = {src: img.currentSrc, shown: img.getBoundingClientRect().width, natural: img.naturalWidth,
+                complete: img.complete};
+}
+var zoom = Array.prototype.filter.call(document.querySelectorAll('figure.plot a.zoom'),
+                                       function (a) { return a.offsetParent !== null; })[0];
+out.zoom = zoom ? zoom.getAttribute('href') : null;
+return out;
+"""
+
+
+def _window(driver, width):
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    assert driver.execute_script("return window.innerWidth") == width
+
+
+def _figure_ready(driver):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def ready(d):
+        s = d.execute_script(_LAYOUT)
+        return s if s["figure"] is None or (s["figure"]["complete"] and s["figure"]["natural"] > 0) else False
+
+    return WebDriverWait(driver, 10).until(ready, "the figure did not load")
+
+
+def layout_problems(driver, page: Path, width: int) -> tuple[list[str], dict]:
+    """Every layout problem of `page` at `width` px, in English and then in Chinese (the
+    switch, no reload): a page wider than the window, a formula wider than its column (at
+    1280 px) or not scrolling inside its own box (at 400 px), anything past the right edge
+    outside a scroll box, and on a small window a figure that is not the one-column drawing
+    at >= 90 % of its natural size with a visible full-size link."""
+    from selenium.webdriver.common.by import By
+
+    problems, stats = [], {}
+    driver.get(page.as_uri() + "?lang=en")
+    for lang in ("en", "zh"):
+        if lang == "zh":
+            driver.find_element(By.CSS_SELECTOR, 'button[data-set-lang="zh"]').click()
+        s = _figure_ready(driver)
+        where = f"{page.name} [{lang}, {width} px]"
+        stats[lang] = s
+        if s["page_overflow"] > 0:
+            problems.append(f"{where}: the page scrolls sideways by {s['page_overflow']} px")
+        for f in s["wide_formulas"]:
+            if width >= 1280 or not f["own_box"]:
+                problems.append(f"{where}: formula {f['text']!r} is {f['over']} px wider than its box"
+                                + ("" if f["own_box"] else " and does not scroll inside it"))
+        problems += [f"{where}: past the right edge outside a scroll box: {u}" for u in s["unboxed"][:3]]
+        fig = s["figure"]
+        if fig and width <= 400:
+            if not fig["src"].endswith(f".{lang}.narrow.svg"):
+                problems.append(f"{where}: the small-screen figure is {fig['src']!r}, not the one-column drawing")
+            if fig["shown"] < MIN_FIGURE_SCALE * fig["natural"]:
+                problems.append(f"{where}: the figure is shown at {fig['shown'] / fig['natural']:.2f} of its size")
+            if not s["zoom"] or not s["zoom"].endswith(f".{lang}.svg"):
+                problems.append(f"{where}: no visible full-size link under the figure ({s['zoom']!r})")
+    return problems, stats
+
+
+def site_pages(out: Path) -> list[Path]:
+    return sorted(out.glob("*.html")) + sorted(out.glob("source/**/*.html"))
+
+
+SCREENSHOTS = (("index.html", "en"), ("method-ppo.html", "en"), ("method-grpo.html", "zh"), ("compare.html", "en"),
+               ("topics.html", "zh"))
+DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def _small_png(driver, path: Path):
+    """A viewport screenshot, quantized to 64 colours (small enough to commit)."""
+    import io
+
+    from PIL import Image
+
+    png = driver.get_screenshot_as_png()
+    img = Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path, optimize=True)
+    assert path.stat().st_size > 5000, path
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_page_fits_at_1280_and_400_px_in_both_languages(browser, real_site, width):
+    """The real site, every page (index, comparison, topics, every method and overlay page,
+    every source page), English and Chinese: see `layout_problems`. Screenshots of five
+    pages go to test-artifacts/ (and to docs/screenshots/ with POLICYLAB_DOCS_SCREENSHOTS=1)."""
+    pages = site_pages(real_site)
+    assert len(pages) > 100
+    _window(browser, width)
+    try:
+        problems, formulas = [], 0
+        for page in pages:
+            found, stats = layout_problems(browser, page, width)
+            problems += found
+            formulas += stats["en"]["formulas"]
+        assert formulas > 150
+        assert not problems, f"{len(problems)} layout problem(s):\n" + "\n".join(problems[:40])
+        target = DOCS_SHOTS if os.environ.get("POLICYLAB_DOCS_SCREENSHOTS") == "1" else ARTIFACTS
+        for name, lang in SCREENSHOTS:
+            browser.get((real_site / name).as_uri() + f"?lang={lang}")
+            _figure_ready(browser)
+            if name.startswith("method-"):  # the formulas and the figure, the part that has to fit
+                browser.execute_script("document.querySelector('.formula-col').scrollIntoView()")
+            _small_png(browser, target / f"{name[:-5]}-{lang}-{width}.png")
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

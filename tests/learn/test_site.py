@@ -230,10 +230,24 @@ def test_real_site_figures_equal_fresh_computation(real_site):
         name = page.stem.removeprefix("method-")
         data = embedded(page, "figure-data")
         fig = figures.figure(name)
-        assert json.dumps({k: v for k, v in data.items() if k != "files"}, sort_keys=True) == \
+        assert json.dumps({k: v for k, v in data.items() if k not in ("files", "narrow")}, sort_keys=True) == \
             json.dumps(fig.data(), sort_keys=True), name
         for lang in bank.LANGS:
             assert (real_site / data["files"][lang]).read_text(encoding="utf-8") == figures.render.svg(fig, lang)
+            assert (real_site / data["narrow"][lang]).read_text(encoding="utf-8") == \
+                figures.render.svg(fig, lang, columns=1)
     for o in figures.overlay_defs():
         data = embedded(real_site / f"overlay-{o.key}.html", "figure-data")
         assert data["methods"] == list(o.methods) and data["key"] == o.key
+
+
+def test_metrics_and_literature_cards_have_pages_and_are_searchable(real_site):
+    index = (real_site / "index.html").read_text(encoding="utf-8")
+    items = embedded(real_site / "index.html", "index-data")["items"]
+    for page, name in (("metric-calib_rl.html", "calib_rl"), ("metric-sharpening_tax.html", "sharpening_tax"),
+                       ("metric-pass_at_k.html", "pass_at_k"), ("literature-orl.html", "orl")):
+        text = (real_site / page).read_text(encoding="utf-8")
+        assert text.count('<details class="q"') == 4, page
+        assert f'href="{page}"' in index
+        assert sum(1 for it in items if it["url"].startswith(page + "#")) == 4
+        assert set(embedded(real_site / page, "example-data")) == {f"{name}-{c}" for c in bank.CATEGORIES}

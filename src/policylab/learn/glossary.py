@@ -61,6 +61,29 @@ def terms() -> dict:
     return dict(_data()[0])
 
 
+_CODE = re.compile(r"`[^`]*`|'\w+'|\S+\.(?:md|py)\b|\S*/\S+|[A-Za-z_]+\.[A-Za-z_][\w.]*|[A-Za-z]\w*\(")
+
+
+def term_problems() -> list[str]:
+    """Translations that do not use the glossary's rendering of a term their English uses
+    (terms matched longest first, as words, outside code names, quoted values, paths and
+    function calls)."""
+    found = []
+    ordered = sorted(terms().items(), key=lambda kv: -len(kv[0]))
+    for where, en in card_texts():
+        z = zh(en)
+        if z is None:
+            continue
+        text = _CODE.sub(" ", en)
+        for term, renderings in ordered:
+            pat = re.compile(r"(?<![A-Za-z_])" + re.escape(term) + r"s?(?![A-Za-z_])")
+            if pat.search(text):
+                text = pat.sub(" ", text)
+                if not any(r in z for r in renderings.split("|")):
+                    found.append(f"{where}: {term!r} should read {renderings!r}: {z[:60]!r}")
+    return found
+
+
 def zh(text: str) -> str | None:
     """The Chinese of one English card text, or None when the glossary has none."""
     if not str(text).strip():
@@ -78,7 +101,22 @@ def field(text: str, lang: str) -> str:
 
 
 def _unconfirmed(text: str, lang: str) -> str:
-    return "；".join(field(item, lang) for item in text.split("; ")) if lang == "zh" else text
+    """A printed unconfirmed list ("; "-joined items, an item may hold "; " itself) in
+    `lang`: the longest run of pieces that is one translated item is taken each time."""
+    if lang != "zh":
+        return text
+    parts, out, i = text.split("; "), [], 0
+    while i < len(parts):
+        for j in range(len(parts), i, -1):
+            t = zh("; ".join(parts[i:j]))
+            if t is not None:
+                out.append(t)
+                i = j
+                break
+        else:
+            out.append(field(parts[i], lang))
+            i += 1
+    return "；".join(out)
 
 
 def card_texts() -> list[tuple[str, str]]:

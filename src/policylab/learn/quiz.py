@@ -125,8 +125,8 @@ def _topic_methods(topic: str, topics_path=None) -> set:
     return {m for s in hit for m in s.get("methods") or ()}
 
 
-def select(method: str | None = None, topic: str | None = None, category: str | None = None, *, bank_dir=None,
-           topics_path=None) -> list[bank.Pending]:
+def select(method: str | None = None, topic: str | None = None, category: str | None = None, *, lang: str = "en",
+           bank_dir=None, topics_path=None) -> list[bank.Pending]:
     """The questions a round draws from: every question of the bank (methods, metrics,
     literature-only cards, cross-method questions), narrowed to one subject (`method`,
     any spelling `subjects.resolve` accepts), to the methods of a reading-order topic, and
@@ -139,7 +139,7 @@ def select(method: str | None = None, topic: str | None = None, category: str | 
     if method is not None:
         s = subjects.resolve(method)
         if s.kind == "method" and not lessons.is_shipped(s.name) and not bank.has_lesson(s.name, bank_dir):
-            raise PolicylabError(UI["en"]["no_lesson"].format(name=s.name))
+            raise PolicylabError(_ui(lang)["no_lesson"].format(name=s.name))
         pool = [p for p in pool if s.name in p.methods or p.compare_with == s.name]
         pool.sort(key=lambda p: (p.methods[0] != s.name, p.topic))  # its own questions first
     if topic is not None:
@@ -180,7 +180,7 @@ def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: in
         raise PolicylabError(f"a round has at least one question, got n = {n!r}")
     stdin = sys.stdin if stdin is None else stdin
     out = sys.stdout if stdout is None else stdout
-    pool = select(method, topic, category, bank_dir=bank_dir, topics_path=topics_path)
+    pool = select(method, topic, category, lang=lang, bank_dir=bank_dir, topics_path=topics_path)
     if not pool:
         raise PolicylabError(ui["empty"] + (f" ({ui['filters']}: {_filters(method, topic, category)})"
                                             if method or topic or category else ""))

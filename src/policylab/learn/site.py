@@ -2,12 +2,15 @@
 
     index.html           search box + filters (method, family, category, language) in vanilla
                          JS over a JSON index embedded in the page
+    metric-<name>.html, literature-<name>.html   the card and four questions of each metric
+                         (calib_rl, sharpening_tax, pass_at_k) and literature-only card (orl)
     method-<name>.html   card, formulas, the four questions (answers open on click) with the
                          live numbers of their examples, links to the kernels' source
     compare.html         the comparison table of every registered method (from the cards)
     topics.html          reading order and cross-method questions
     overlay-<id>.html    one view of several methods on shared axes (learn/figures/overlays.yaml)
-    figures/<key>.<lang>.svg   every figure in both languages, computed when the site is built
+    figures/<key>.<lang>[.narrow].svg   every figure in both languages (and one panel wide,
+                         for small screens), computed when the site is built
                          by the kernels and the methods' own stages and loss (learn/figures);
                          the method page shows its figure beside the formula
     source/policylab/<...>.py.html   the kernel source files, line-numbered, each line an
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import anatomy, bank, figures, lessons
+from policylab.learn import anatomy, bank, figures, glossary, lessons, metric_questions
 from policylab.learn.bank import CATEGORIES, LANGS, MethodEntry, Question, Topics
 from policylab.learn.figures import render
 from policylab.learn.site_text import CARD_ROWS, CATEGORY, STAGE, UI
@@ -129,6 +132,32 @@ def example_data(questions) -> dict:
 # --------------------------------------------------------------------------- pages
 
 
+def formula_lines(text: str) -> str:
+    """A formula block, one block-level span per line: on a wide window a line too long for
+    the column wraps with a hanging indent (CSS); copied text keeps its line breaks."""
+    return "".join(f'<span class="fl">{esc(line) or " "}\n</span>' for line in text.splitlines())
+
+
+# card rows whose values are prose, shown in Chinese from the glossary (the others are
+# names, numbers and code)
+PROSE_ROWS = ("family", "summary", "samples", "learns", "reference", "critic", "status", "not_established",
+              "confirmed", "unconfirmed", "inputs", "changes")
+
+
+def card_cell(key: str, value: str, items=()) -> str:
+    """One card value in both languages when it is prose (`learn.glossary`), else as is;
+    `items`: the card's unconfirmed list (translated item by item)."""
+    if key not in PROSE_ROWS:
+        return esc(value)
+    if key == "unconfirmed":
+        zh = "；".join(glossary.field(item, "zh") for item in items)
+    elif key == "inputs" and glossary.zh(value) is None:
+        return esc(value)  # field names, not prose
+    else:
+        zh = glossary.field(value, "zh")
+    return esc(value) if zh == value else bi({"en": value, "zh": zh})
+
+
 def card_rows(entry: MethodEntry) -> dict:
     r, c = entry.method, entry.method.card
     vals = dict(title=c.title, arxiv=c.arxiv, family=c.family, summary=c.summary, samples=c.samples, learns=c.learns,
@@ -139,8 +168,13 @@ def card_rows(entry: MethodEntry) -> dict:
     return {k: v for k, v in vals.items() if v}
 
 
-def figure_file(key: str, lang: str) -> str:
-    return f"figures/{key}.{lang}.svg"
+def figure_file(key: str, lang: str, narrow: bool = False) -> str:
+    return f"figures/{key}.{lang}{'.narrow' if narrow else ''}.svg"
+
+
+# below this window width the page shows the one-column drawing of a figure (at about its
+# natural size: 8-pt text stays 8 pt on a phone), and a visible link to the full-size one
+NARROW_MEDIA = "(max-width: 40rem)"
 
 
 def figure_html(fig: figures.Figure, key: str) -> str:
@@ -148,26 +182,33 @@ def figure_html(fig: figures.Figure, key: str) -> str:
     what was called to compute it."""
     imgs = "".join(
         f'<a class="{lang}" lang="{lang}" href="{esc(figure_file(key, lang))}" '
-        f'title="{esc(UI["full_size"][lang])}"><img src="{esc(figure_file(key, lang))}" '
-        f'alt="{esc(figures.alt_text(fig, lang))}" data-figure="{esc(key)}" loading="eager"></a>' for lang in LANGS)
+        f'title="{esc(UI["full_size"][lang])}"><picture>'
+        f'<source media="{NARROW_MEDIA}" srcset="{esc(figure_file(key, lang, narrow=True))}">'
+        f'<img src="{esc(figure_file(key, lang))}" '
+        f'alt="{esc(figures.alt_text(fig, lang))}" data-figure="{esc(key)}" loading="eager"></picture></a>'
+        for lang in LANGS)
+    zoom = "".join(f'<a class="zoom {lang}" lang="{lang}" href="{esc(figure_file(key, lang))}">'
+                   f'{esc(UI["zoom"][lang])}</a>' for lang in LANGS)
     sources = "; ".join(dict.fromkeys(p.source for p in fig.panels))
-    return (f'<figure class="plot" id="figure">{imgs}<figcaption>{bi(fig.caption, "p")}'
+    return (f'<figure class="plot" id="figure">{imgs}<figcaption>{zoom}{bi(fig.caption, "p")}'
             f'<p class="muted">{ui("figure_source")} <code>{esc(sources)}</code></p></figcaption></figure>')
 
 
 def figure_data(fig: figures.Figure, key: str) -> dict:
-    return {**fig.data(), "files": {lang: figure_file(key, lang) for lang in LANGS}}
+    return {**fig.data(), "files": {lang: figure_file(key, lang) for lang in LANGS},
+            "narrow": {lang: figure_file(key, lang, narrow=True) for lang in LANGS}}
 
 
 def method_page(entry: MethodEntry, have: set, fig: figures.Figure | None = None, overlays=()) -> str:
     rows = card_rows(entry)
-    card = "".join(f"<tr><th>{bi(label)}</th><td>{esc(rows[k])}</td></tr>" for k, label in CARD_ROWS if k in rows)
+    card = "".join(f"<tr><th>{bi(label)}</th><td>{card_cell(k, rows[k], entry.card.unconfirmed)}</td></tr>" for k, label in CARD_ROWS
+                   if k in rows)
     formulas = []
     for k in anatomy.kernels(entry.method):
         src = link(f"source/{k.path}.html#L{k.line}", f"{esc(k.path)}:{k.line}")
         formulas.append(f"<h3>{bi(STAGE[k.stage])}: <code>{esc(k.qualname)}</code> "
                         f'<span class="muted">({ui("source")}: {src})</span></h3>'
-                        f"<pre>{esc(k.formula or entry.card.summary)}</pre>")
+                        f'<pre class="formula">{formula_lines(k.formula or entry.card.summary)}</pre>')
     plot, data = "", ""
     if fig is not None:
         also = ""
@@ -187,6 +228,26 @@ def method_page(entry: MethodEntry, have: set, fig: figures.Figure | None = None
     return page({"en": f"{entry.name} · policylab", "zh": f"{entry.name} · policylab"}, body)
 
 
+def subject_href(subject) -> str:
+    return f"{subject.kind}-{subject.name}.html"
+
+
+def subject_page(subject, questions, have: set) -> str:
+    """A metric's or a literature-only card's page: its card (as `policylab explain` prints
+    it, in both languages through the glossary) and its four questions with live numbers."""
+    from policylab.learn.quiz import localized_card, subject_card_text
+
+    text = subject_card_text(subject)
+    kind = UI["kind_" + subject.kind]
+    body = (f'<h1>{esc(subject.name)} <span class="badge">{bi(kind)}</span></h1>'
+            f'<h2>{ui("card")}</h2><pre class="formula">'
+            f'<span class="en" lang="en">{formula_lines(text)}</span>'
+            f'<span class="zh" lang="zh">{formula_lines(localized_card(text, "zh"))}</span></pre>'
+            f'<h2>{ui("questions")}</h2>{"".join(question_html(q, have) for q in questions)}'
+            + json_script("example-data", example_data(questions)))
+    return page({"en": f"{subject.name} · policylab", "zh": f"{subject.name} · policylab"}, body)
+
+
 def _select(element_id: str, all_label: dict, options: list[tuple[str, dict]]) -> str:
     opts = [f'<option value="" data-t-en="{esc(all_label["en"])}" data-t-zh="{esc(all_label["zh"])}">'
             f'{esc(all_label["en"])}</option>']
@@ -196,11 +257,14 @@ def _select(element_id: str, all_label: dict, options: list[tuple[str, dict]]) -
     return f'<select id="{element_id}">{"".join(opts)}</select>'
 
 
-def index_items(entries: list[MethodEntry], topic_data: Topics) -> list[dict]:
+def index_items(entries: list[MethodEntry], topic_data: Topics, extra=None) -> list[dict]:
     family = {e.name: e.card.family for e in entries}
     family.update({n: methods.get(n).card.family for q in topic_data.questions for n in q.methods})
+    extra = extra or {}
+    family.update({s.name: s.kind for s in extra})
     items = []
     for q, href in [(q, method_href(e.name)) for e in entries for q in e.questions] + \
+                   [(q, subject_href(s)) for s, qs in extra.items() for q in qs] + \
                    [(q, "topics.html") for q in topic_data.questions]:
         items.append(dict(id=q.id, methods=list(q.methods) + ([q.compare_with] if q.compare_with else []),
                           families=sorted({family[m] for m in q.methods}), category=q.category,
@@ -219,10 +283,11 @@ def overlay_page(d: figures.OverlayDef, fig: figures.Figure, have: set) -> str:
     return page(d.title, body)
 
 
-def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> str:
-    names = [e.name for e in entries if e.questions]  # the filters: methods with questions
-    families = sorted({e.card.family for e in entries if e.questions})
-    data = dict(items=index_items(entries, topic_data), categories=CATEGORY, ui={"count": UI["count"]})
+def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=(), extra=None) -> str:
+    extra = extra or {}
+    names = [e.name for e in entries if e.questions] + [s.name for s in extra]  # the filters: subjects with questions
+    families = sorted({e.card.family for e in entries if e.questions} | {s.kind for s in extra})
+    data = dict(items=index_items(entries, topic_data, extra), categories=CATEGORY, ui={"count": UI["count"]})
     filters = (
         f'<div class="filters"><input id="q" type="search" autocomplete="off" placeholder="{esc(UI["search"]["en"])}" '
         f'data-ph-en="{esc(UI["search"]["en"])}" data-ph-zh="{esc(UI["search"]["zh"])}">'
@@ -234,11 +299,14 @@ def index_page(entries: list[MethodEntry], topic_data: Topics, overlays=()) -> s
     listing = "".join(f"<li>{link(method_href(e.name), esc(e.name))} <span class=\"muted\">{esc(e.card.family)}</span>"
                       + ("" if e.questions else f' <span class="badge no-lesson">{ui("no_lesson")}</span>') + "</li>"
                       for e in entries)
+    others = "".join(f'<li>{link(subject_href(s_), esc(s_.name))} <span class="muted">{bi(UI["kind_" + s_.kind])}</span></li>'
+                     for s_ in extra)
     over = "".join(f"<li>{link(overlay_href(o.key), bi(o.title))} <span class=\"muted\">{esc(', '.join(o.methods))}</span></li>"
                    for o in overlays)
     body = (f'<h1>{ui("site")}</h1>{ui("intro", "p")}{filters}<p id="count" class="count"></p>'
             f'<noscript>{ui("noscript", "p")}</noscript><ul id="results" class="results"></ul>'
             f'<h2>{ui("methods")}</h2><ul class="methods-list">{listing}</ul>'
+            f'<h2 id="subjects">{ui("subjects")}</h2><ul class="methods-list">{others}</ul>'
             f'<h2 id="overlays">{ui("overlays")}</h2><ul class="overlays-list">{over}</ul>'
             + json_script("index-data", data))
     return page(UI["site"], body)
@@ -249,10 +317,10 @@ def compare_page(have: set) -> str:
     rows = []
     for row in anatomy.comparison_table():
         cells = [f"<td>{method_link(row['method'], have)}</td>"]
-        cells += [f"<td>{esc(row[key])}</td>" for key, _ in anatomy.COMPARISON_COLUMNS[1:]]
+        cells += [f"<td>{card_cell(key, row[key])}</td>" for key, _ in anatomy.COMPARISON_COLUMNS[1:]]
         rows.append(f'<tr data-method="{esc(row["method"])}">{"".join(cells)}</tr>')
     body = (f'<h1>{ui("compare")}</h1><p class="muted">{ui("compare_note")}</p>'
-            f'<div style="overflow-x:auto"><table class="compare"><tr>{head}</tr>{"".join(rows)}</table></div>')
+            f'<div class="compare-box"><table class="compare"><tr>{head}</tr>{"".join(rows)}</table></div>')
     return page(UI["compare"], body)
 
 
@@ -297,7 +365,7 @@ def method_figures(entries: list[MethodEntry], *, complete: bool, figures_dir=No
 
 def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data: Topics | None = None,
                complete: bool = True, bank_dir=None, examples=None, topics_path=None, figures_dir=None,
-               overlays_path=None) -> Path:
+               overlays_path=None, extra_subjects=None) -> Path:
     """Write the site into `out_dir` and return the path of its index.html.
 
     entries / topic_data: an already built bank (both languages); by default the package's
@@ -305,7 +373,10 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     yet). A registered method the project does not ship and the bank has no entry for is
     listed with "no lesson yet" (`unlessoned`). Figures: see `method_figures` (default
     definitions: learn/figures/defs/; a missing one raises `figures.FigureError` naming the
-    file to write). overlays_path: the overlay list (default learn/figures/overlays.yaml)."""
+    file to write). overlays_path: the overlay list (default learn/figures/overlays.yaml).
+    extra_subjects: {Subject: [Question]} of the metrics and literature-only cards, each on
+    a page `<kind>-<name>.html` (default: `metric_questions.extra_bank`, when the bank is
+    the package's own; a fixture bank gets none)."""
     if entries is None:
         entries = bank.build_bank(None, bank_dir=bank_dir, examples=examples, complete=complete)
     if topic_data is None:
@@ -318,8 +389,12 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     have = {e.name for e in entries}
     overlay_defs = figures.overlay_defs(overlays_path)
     overlay_figs = {o.key: figures.overlay(o) for o in overlay_defs}
-    pages = {"index.html": index_page(entries, topic_data, overlay_defs), "compare.html": compare_page(have),
+    extra = extra_subjects if extra_subjects is not None else (
+        metric_questions.extra_bank(None, examples=examples) if bank_dir is None else {})
+    pages = {"index.html": index_page(entries, topic_data, overlay_defs, extra), "compare.html": compare_page(have),
              "topics.html": topics_page(topic_data, have)}
+    for subj, qs in extra.items():
+        pages[subject_href(subj)] = subject_page(subj, qs, have)
     for e in entries:
         pages[method_href(e.name)] = method_page(e, have, figs.get(e.name),
                                                  [o for o in overlay_defs if e.name in o.methods])
@@ -328,6 +403,7 @@ def build_site(out_dir, *, entries: list[MethodEntry] | None = None, topic_data:
     for key, fig in {**figs, **{f"overlay-{k}": f for k, f in overlay_figs.items()}}.items():
         for lang in LANGS:
             pages[figure_file(key, lang)] = render.svg(fig, lang)
+            pages[figure_file(key, lang, narrow=True)] = render.svg(fig, lang, columns=1)
     for rel in sorted({k.path for e in entries for k in anatomy.kernels(e.method)}):
         pages[f"source/{rel}.html"] = source_page(rel)
     return write_pages(Path(out_dir), pages)

@@ -122,3 +122,15 @@ def error_head(fn) -> str:
     except (PolicylabError, ValueError) as exc:
         return f"{type(exc).__name__}: {str(exc).split(';')[0]}"
     return "no error"
+
+
+def method_advantages(name: str, rewards, group=None) -> list[float]:
+    """The registered method `name`'s own advantage stage (its parameters: std convention,
+    eps, ...) on one reward per row: what a lesson quotes as "<name> gives ...", so a lesson
+    cannot disagree with the code."""
+    from policylab import methods
+    from policylab.learn.figures.common import advantages, bare_batch
+
+    r = [float(x) for x in rewards]
+    a = advantages(methods.get(name), bare_batch(len(r), 1, group=group, rewards=r))
+    return nums(a if a.dim() == 1 else a[:, 0])

@@ -8,7 +8,8 @@ from policylab.kernels import advantages as adv_mod
 from policylab.errors import PolicylabError
 from policylab.kernels.rewards.graded import numeric_interval, reward_vectors
 from policylab.learn.examples.registry import example
-from policylab.learn.examples.core_common import F64, nums, f64
+from policylab import methods
+from policylab.learn.examples.core_common import F64, method_advantages, nums, f64
 
 
 def _intervals(pairs) -> torch.Tensor:
@@ -42,12 +43,13 @@ def range_grpo_point_limit(rewards):
 
 @example("range_vs_grpo")
 def range_vs_grpo(intervals):
-    """Range-GRPO on intervals vs GRPO on their midpoints: an overlap is no evidence."""
+    """Range-GRPO on intervals vs GRPO on their midpoints (GRPO's own advantage stage, its
+    registered std convention): an overlap is no evidence."""
     iv = _intervals(intervals)
     g = torch.zeros(len(intervals), dtype=torch.long)
     mid = iv.mean(dim=1)
-    return {"midpoints": nums(mid), "grpo_on_midpoints": nums(adv_mod.grpo(mid, g, std="population")),
-            "range_grpo": nums(adv_mod.range_grpo(iv, g))}
+    return {"midpoints": nums(mid), "grpo_on_midpoints": method_advantages("grpo", nums(mid)),
+            "std": methods.get("grpo").p["std"], "range_grpo": nums(adv_mod.range_grpo(iv, g))}
 
 
 @example("range_grpo_judge")

@@ -14,7 +14,13 @@ from policylab.kernels.rewards import distribution as dist
 from policylab.kernels.rewards import length_gate as lg
 from policylab.kernels.rewards import runtime as rt
 from policylab.learn.examples.registry import example
-from policylab.learn.examples.core_common import F64, num, nums, f64
+from types import SimpleNamespace
+
+from policylab import methods
+from policylab.kernels.rewards.verifiers import exact_numeric_reward
+from policylab.methods.context import Sampled
+from policylab.learn.examples.core_common import F64, method_advantages, num, nums, f64
+from policylab.learn.figures.common import bare_batch, reward_stage, stage_context, stage_named
 
 
 def _zeros(n):
@@ -23,12 +29,19 @@ def _zeros(n):
 
 # ----------------------------------------------------------------------------- rlcr
 @example("rlcr_rewards")
-def rlcr_rewards(correct, confidence):
+def rlcr_rewards(correct, confidence, gold=12, wrong=7):
+    """RLCR's own reward stage on replies "The answer is <a>. confidence: <q>" (its
+    parameters, its parser, the exact-numeric verifier), then GRPO's and RLCR's own
+    advantage stages (their registered std convention and eps) on the 0/1 outcome and on
+    the RLCR rewards."""
     c, q = f64(correct), f64(confidence)
-    r = cal.rlcr_rewards(c, q, torch.ones(len(correct), dtype=torch.bool), invalid_penalty=1.0)
+    texts = [f"The answer is {gold if ok else wrong}. confidence: {conf}" for ok, conf in zip(correct, confidence)]
+    r = f64(reward_stage(methods.get("rlcr"), "rlcr_confidence", texts, [str(gold)] * len(texts),
+                         task_reward=exact_numeric_reward)["rewards"])
     return {"correct": nums(c), "confidence": nums(q), "rewards": nums(r),
-            "binary_advantages": nums(adv_mod.grpo(c, _zeros(len(correct)), std="population")),
-            "rlcr_advantages": nums(adv_mod.grpo(r, _zeros(len(correct)), std="population"))}
+            "std": methods.get("grpo").p["std"],
+            "binary_advantages": method_advantages("grpo", nums(c)),
+            "rlcr_advantages": method_advantages("rlcr", nums(r))}
 
 
 @example("rlcr_expected")
@@ -58,17 +71,36 @@ def rlcr_brier_multiclass(probs, target):
 
 
 # ----------------------------------------------------------------------------- mad_rl
-@example("mad_group")
-def mad_group(classes, replies, target, smoothing, coef):
-    ids = torch.tensor([dist.map_class(r, list(classes)) for r in replies])
+def _mad_stage(classes, replies, target):
+    """MaD-RL's own reward stage (`mad_match`, its registered λ, smoothing and form) on one
+    group: (class ids, rewards, the stage's extras)."""
     n = len(replies)
-    tgt = f64([list(target)] * n)
-    correct = f64([float(int(i) < len(classes)) for i in ids])
-    r, info = dist.mad_rl_rewards(correct, ids, _zeros(n), tgt, coef=coef, smoothing=smoothing, form="log_ratio")
+    cls = list(classes)
+    correct = [1.0 if dist.map_class(r, cls) < len(cls) else 0.0 for r in replies]
+    method = methods.get("mad_rl")
+    batch = bare_batch(n, 1, rewards=correct).replace(outcome={"correct": torch.tensor(correct, dtype=F64)})
+    examples = [SimpleNamespace(answer="", prompt="", meta={"classes": cls, "target": list(target)})] * n
+    stage = stage_named(method, "reward", "mad_match")
+    changes, _ = stage.fn(Sampled(batch, list(replies), examples, [], []), stage_context(method, stage))
+    return changes["extras"]["class_id"], changes["rewards"].to(F64), correct
+
+
+@example("mad_group")
+def mad_group(classes, replies, target):
+    """MaD-RL's reward stage on one group, and the same quantities from the kernels with the
+    method's registered λ (match_coef), smoothing and form, which must agree."""
+    p = methods.get("mad_rl").p
+    ids, r_stage, correct = _mad_stage(classes, replies, target)
+    n = len(replies)
+    r, info = dist.mad_rl_rewards(f64(correct), ids, _zeros(n), f64([list(target)] * n), coef=p["match_coef"],
+                                  smoothing=p["target_smoothing"], form=p["match_form"])
+    if not torch.allclose(r, r_stage):
+        raise ValueError(f"mad_rl's reward stage {nums(r_stage)} and its kernel {nums(r)} disagree")
     names = list(classes) + ["invalid"]
     return {"replies": ", ".join(replies), "classes": ", ".join(names[int(i)] for i in ids),
+            "smoothing": num(p["target_smoothing"]), "coef": num(p["match_coef"]),
             "freq": nums(info["freq"][0]), "smoothed_target": nums(info["target"][0]),
-            "match": nums(info["match"]), "rewards": nums(r), "kl": num(info["kl"][0]),
+            "match": nums(info["match"]), "rewards": nums(r_stage), "kl": num(info["kl"][0]),
             "tv": num(info["tv"][0]), "sum_match": num(info["match"].sum()), "minus_G_kl": num(-n * info["kl"][0])}
 
 
@@ -88,14 +120,14 @@ def mad_invalid_denominator(class_ids, n_classes):
 
 
 @example("mad_vs_grpo")
-def mad_vs_grpo(classes, replies, target, coef):
-    ids = torch.tensor([dist.map_class(r, list(classes)) for r in replies])
+def mad_vs_grpo(classes, replies, target):
+    """GRPO's own advantage stage on the 0/1 outcome vs MaD-RL's (reward stage, then its
+    advantage stage), both with their registered parameters."""
+    ids, r, correct = _mad_stage(classes, replies, target)
     n = len(replies)
-    correct = f64([float(int(i) < len(classes)) for i in ids])
-    r, info = dist.mad_rl_rewards(correct, ids, _zeros(n), f64([list(target)] * n), coef=coef, smoothing=0.01,
-                                  form="log_ratio")
-    return {"replies": ", ".join(replies), "grpo_advantages": nums(adv_mod.grpo(correct, _zeros(n), std="population")),
-            "mad_advantages": nums(adv_mod.grpo(r, _zeros(n), std="population")), "freq": nums(info["freq"][0])}
+    freq = dist.group_frequencies(ids, _zeros(n), len(classes) + 1)[0]
+    return {"replies": ", ".join(replies), "grpo_advantages": method_advantages("grpo", correct),
+            "mad_advantages": method_advantages("mad_rl", nums(r)), "freq": nums(freq)}
 
 
 # ----------------------------------------------------------------------------- rlcpr
