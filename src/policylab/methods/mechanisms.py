@@ -249,7 +249,7 @@ MECHANISMS: dict[str, Mechanism] = {m.method: m for m in (
        "variation to the target late in the run than correctness alone (match_coef = 0)", task="own",
        quantity=Quantity("distribution/tv_mean", "late"), direction=-1, control={"match_coef": 0.0}),
     _m("rlcpr", "the gated relative length penalty shortens replies: shorter responses late in the run than the "
-       "same run without the penalty (length_coef = 0)", task="own", quantity=_LENGTH, direction=-1,
+       "same run without the penalty (length_coef = 0)", quantity=_LENGTH, direction=-1,
        control={"length_coef": 0.0}),
     _m("code_opt", "the speed term pays correct programs for running faster: a higher mean speed score than the "
        "same run without it (speed_weight = 0)", task="own", quantity=Quantity("code/speed_mean", "late"),
