@@ -228,3 +228,47 @@ def test_cli_evidence_refuses_before_running_and_plans(tmp_path, tiny_model_dir)
     assert res.returncode == 0, res.stderr
     assert "gspo: mean of `policy/clip_frac`" in res.stdout and "runs       2 new" in res.stdout
     assert not (tmp_path / "ev").exists()  # --plan runs and writes nothing
+
+
+# ----------------------------------------------------------------------------- card levels
+def test_every_card_states_four_levels_derived_from_measured_results():
+    from policylab.methods import evidence as ev
+
+    for name in methods.names():
+        lv = ev.levels(name)
+        assert lv.formula == ev.FORMULA and lv.scale in (ev.SCALE, ev.SCALE_TRL)
+        assert (lv.capability == ev.NOT_MEASURED) == (name not in ev._CAPABILITY), name
+        decl = MECHANISMS[name]
+        if name in ev.MECHANISM:
+            assert lv.mechanism == ev.MECHANISM[name]
+        elif not decl.measurable:
+            assert lv.mechanism.startswith("not measurable here: ") and lv.mechanism[21:] in decl.not_measurable_here
+        else:
+            assert lv.mechanism == ev.NOT_MEASURED, name
+        status = methods.get(name).card.status
+        assert status.startswith(ev.EVIDENCE[name]) and f"mechanism {lv.mechanism};" in status, name
+    with pytest.raises(KeyError):
+        ev.levels("nope")
+
+
+def test_card_mechanism_levels_agree_with_the_committed_evidence_table():
+    from pathlib import Path
+
+    from policylab.experiments.evidence.table import card_texts
+    from policylab.methods import evidence as ev
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "evidence.json"
+    want = card_texts(json.loads(path.read_text())) if path.is_file() else {}
+    assert ev.MECHANISM == want
+
+
+def test_card_text_of_a_measured_row_hand_worked():
+    from policylab.experiments.evidence.table import card_text
+
+    row = {"method": "gspo", "verdict": "observed", "quantity": "mean of `policy/clip_frac`", "control": "grpo",
+           "why": "x", "per_seed": {}, "stats": {"method": 0.5, "control": 0.125, "difference": 0.375,
+                                                 "difference_se": 0.0125, "n": 3}}
+    assert card_text(row) == ("observed: mean of `policy/clip_frac` 0.5 vs 0.125 for the control (grpo), difference "
+                              "+0.375 ± 0.0125 over 3 seeds (benchmarks/results/evidence.md)")
+    assert card_text({"verdict": "not run"}) is None
+    assert card_text({"verdict": "not measurable here", "why": "declared"}) is None

@@ -165,3 +165,25 @@ def write_table(table: dict, to: Path) -> None:
     to.mkdir(parents=True, exist_ok=True)
     (to / "evidence.json").write_text(json.dumps(table, indent=2, default=str))
     (to / "evidence.md").write_text(to_markdown(table))
+
+
+def card_text(row: dict) -> str | None:
+    """The mechanism level a card states for one row of the table (None: nothing to state
+    beyond the declaration: not run, or not measurable by declaration)."""
+    v = row["verdict"]
+    if v == NOT_RUN or (v == NOT_MEASURABLE and "stats" not in row and "per_seed" not in row):
+        return None
+    where = "benchmarks/results/evidence.md"
+    if v == REFUSED:
+        return f"refused on its task ({row['why'][:160]}; {where})"
+    if "stats" not in row:
+        return f"{v}: {row['why'][:200]} ({where})"
+    st = row["stats"]
+    se = f" ± {st['difference_se']:.3g}" if st.get("difference_se") is not None else ""
+    return (f"{v}: {row['quantity']} {st['method']:.4g} vs {st['control']:.4g} for the control ({row['control']}), "
+            f"difference {st['difference']:+.3g}{se} over {st['n']} seeds ({where})")
+
+
+def card_texts(table: dict) -> dict[str, str]:
+    """method -> card_text of every row that has one."""
+    return {r["method"]: t for r in table["rows"] if (t := card_text(r)) is not None}
