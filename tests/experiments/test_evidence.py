@@ -164,6 +164,9 @@ def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_pat
         "cispo-seed0", "cispo-seed1", "grpo-seed0", "grpo-seed1", "gspo-seed0", "gspo-seed1"]
     assert rows["cord"]["verdict"] == "not measurable here" and "retention" in rows["cord"]["why"]
     assert rows["dapo"]["verdict"] == "not run"
+    # the cost line: distinct runs (shared controls once) x seeds, and the mean measured wall-clock per run
+    distinct = {(a.group, a.label) for m in MECHANISMS.values() if m.measurable for a in arms_of(m, s)}
+    assert table["cost"]["runs_needed"] == 2 * len(distinct) and table["cost"]["seconds_per_run"] > 0
     md = (tmp_path / "ev" / "evidence.md").read_text()
     assert "policylab evidence gspo cispo cord" in md and "| `gspo` |" in md
     assert json.loads((tmp_path / "ev" / "evidence.json").read_text())["counts"] == table["counts"]

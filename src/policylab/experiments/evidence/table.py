@@ -34,10 +34,13 @@ def _finished(arm, seed: int):
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = read_metrics(d / "metrics.jsonl", read_records(d / "metrics.jsonl"))
+        records = read_records(d / "metrics.jsonl")
+    rows = read_metrics(d / "metrics.jsonl", records)
     from types import SimpleNamespace
 
-    return rows, run_result(SimpleNamespace(label=arm.label, method=arm.method, seed=seed, run_dir=d))
+    res = run_result(SimpleNamespace(label=arm.label, method=arm.method, seed=seed, run_dir=d))
+    evals = sum(float(r.get("eval/seconds", 0.0)) for r in records if r.get("event") == "eval")
+    return rows, {**res, "eval_seconds": evals}
 
 
 def _summary(values: list[float]) -> dict | None:
@@ -88,7 +91,8 @@ def _capability(got: dict) -> dict:
                     "base_accuracy": res[0]["points"][0]["accuracy"],
                     "sampled_tokens": sum(r["sampled_tokens"] for r in res) / len(res),
                     "optimizer_steps": sum(r["optimizer_steps"] for r in res) / len(res),
-                    "train_seconds": sum(r["train_seconds"] for r in res) / len(res)}
+                    "train_seconds": sum(r["train_seconds"] for r in res) / len(res),
+                    "eval_seconds": sum(r["eval_seconds"] for r in res) / len(res)}
     acc = {s: got[s][0][1]["points"][-1]["accuracy"] for s in got}
     ctl = {s: got[s][1][1]["points"][-1]["accuracy"] for s in got}
     out["paired_accuracy"] = paired(acc, ctl)
@@ -108,12 +112,25 @@ def build_table(mechs, refused: dict, settings, commands: list[str]) -> dict:
             except PolicylabError as exc:  # e.g. a --set its run cannot take: its row says so
                 refused = {**refused, m.method: f"{type(exc).__name__}: {exc}"}
     rows = [mechanism_row(m, arms, refused, settings) for m in mechs]
+    cost = _cost(arms, rows, settings)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     return {"commands": list(commands), "settings": settings.describe(), "seeds": list(settings.seeds),
-            "steps": settings.steps, "model": settings.model, "counts": counts, "rows": rows,
+            "steps": settings.steps, "model": settings.model, "counts": counts, "cost": cost, "rows": rows,
             "machine": machine(), "written": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _cost(arms: dict, rows: list[dict], settings) -> dict:
+    """The distinct runs every measurable method's arms need at these settings (shared
+    controls counted once), and the mean wall-clock of a finished run (training plus its
+    two evaluations) so far: the total the whole table would take on this machine."""
+    distinct = {(a.group, a.label) for pair in arms.values() for a in pair}
+    per_run = [cap[arm]["train_seconds"] + cap[arm]["eval_seconds"]
+               for r in rows if (cap := r.get("capability")) for arm in ("method", "control")]
+    mean = sum(per_run) / len(per_run) if per_run else None
+    n = len(distinct) * len(settings.seeds)
+    return {"runs_needed": n, "seconds_per_run": mean, "total_hours": mean * n / 3600 if mean else None}
 
 
 def _pm(s: dict | None, fmt: str = "{:.4g}") -> str:
@@ -132,13 +149,14 @@ def to_markdown(table: dict) -> str:
              *[f"    {c}" for c in table["commands"]], "",
              f"Settings: {table['settings']}. Machine: {table['machine']}; written {table['written']}.", "",
              "Verdicts: " + ", ".join(f"{v} {k}" for k, v in sorted(table["counts"].items())) + ".", "",
+             _cost_line(table.get("cost") or {}), "",
              "Each arm pair sees the same prompts per seed. Difference = method − control of the quantity, paired by "
              "seed, mean ± standard error over seeds; *observed* means significant (two-sided 5% Student t over the "
              "seed differences) in the direction the paper claims. *Seeds needed*: seeds for the difference of this "
              "size and spread to reach |t| ≈ 1.96. Capability columns: final held-out accuracy, sampled at T = 1, "
              "mean ± s.e. over seeds; they are what a handful of steps reached, not a capability claim.", "",
              "| method | signature (quantity; control) | method | control | difference | seeds needed | verdict | "
-             "held-out: method / control (paired diff) | tokens: method / control |",
+             "held-out: method / control (paired diff) | sampled: method / control |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in table["rows"]:
         st = r.get("stats") or {}
@@ -154,11 +172,20 @@ def to_markdown(table: dict) -> str:
             diff = _pm({"mean": pa["difference"], "se": pa.get("difference_se")}, "{:+.1%}") if pa.get("n") else "-"
             held = (f"{_pm(cap['method']['final_accuracy'], '{:.1%}')} / {_pm(cap['control']['final_accuracy'], '{:.1%}')}"
                     f" ({diff})")
-            toks = f"{cap['method']['sampled_tokens']:.0f} / {cap['control']['sampled_tokens']:.0f}"
+            toks = (f"{cap['method']['sampled_tokens']:.0f} / {cap['control']['sampled_tokens']:.0f} tokens, "
+                    f"{cap['method']['optimizer_steps']:.0f} / {cap['control']['optimizer_steps']:.0f} optimizer steps")
         verdict_text = f"**{r['verdict']}**: {r['why']}"
         lines.append(f"| `{r['method']}` | {sig} | {_pm(m)} | {_pm(c)} | {_pm(d)} | {_num(st.get('seeds_needed'), '{}')} | "
                      f"{verdict_text} | {held} | {toks} |")
     return "\n".join(lines) + "\n"
+
+
+def _cost_line(c: dict) -> str:
+    if not c.get("seconds_per_run"):
+        return f"Cost: {c.get('runs_needed', '?')} distinct runs for every measurable method at these settings."
+    return (f"Cost: {c['runs_needed']} distinct runs for every measurable method at these settings (shared controls "
+            f"once); a finished run took {c['seconds_per_run']:.0f} s on average here (training and its two "
+            f"evaluations, machine shared and loaded), so the whole table needs about {c['total_hours']:.1f} h.")
 
 
 def write_table(table: dict, to: Path) -> None:
