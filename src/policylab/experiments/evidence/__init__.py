@@ -6,10 +6,11 @@ For every named method, its declaration (`policylab.methods.mechanisms`) gives t
 signature the paper claims, the quantity that measures it (a function of a run's metric
 rows), the control (the same run with the mechanism switched off: parameter overrides,
 or another method such as plain GRPO), and the task. The command runs both arms for each
-seed through `policylab compare`'s machinery, one compare plan per distinct shared run
-(out_dir/<task>-<hash>/, with its own compare.md): arms that are the same method with
+seed through `policylab compare`'s machinery, one compare plan per mechanism, in the
+order the methods are named, under the directory of the arms' shared run
+(out_dir/<task>-<hash>/; the mechanism's compare report in compare-<method>/ there): arms that are the same method with
 the same parameters on the same run are one run directory, so a plain-GRPO control
-serves every method whose control it is. Finished runs are skipped, interrupted ones
+serves every method whose control it is (run once, skipped after). Finished runs are skipped, interrupted ones
 resume from their last checkpoint (a finished run's checkpoints are deleted); running the
 same command again continues where it stopped.
 
@@ -23,7 +24,7 @@ refused (the method cannot run on that task: the message says why). Capability c
 give each arm's final held-out accuracy and what it sampled.
 
     verdict.py  paired differences and verdicts (pure functions)
-    arms.py     the two arms of a mechanism, their shared runs, one compare plan per run
+    arms.py     the two arms of a mechanism, their shared runs, one compare plan per mechanism
     table.py    the rows from the finished runs; evidence.md / evidence.json
 """
 
@@ -88,8 +89,11 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
         if command not in state["commands"]:
             state["commands"].append(command)
         (settings.out_dir / _STATE).write_text(json.dumps(state, indent=2))
-        for g in _order(mechs, arms, plans):
-            plan = plans[g]
+        for key in _order(mechs, arms, plans):
+            plan = plans[key]
+            for r in plan.runs:  # a run an earlier plan of this invocation finished (a shared control)
+                if r.state != "done" and _done(r.run_dir):
+                    r.state = "done"
             if any(r.state != "done" for r in plan.runs):
                 try:
                     run_plan(plan, console=console)
@@ -109,13 +113,15 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
 
 
 def _order(mechs, arms, plans) -> list[str]:
-    """Groups in the order their first requested mechanism was named."""
-    out = []
-    for m in mechs:
-        for a in arms.get(m.method, ()):
-            if a.group in plans and a.group not in out:
-                out.append(a.group)
-    return out
+    """The plans in the order their mechanism was named (its control's plan after it)."""
+    return [k for m in mechs for k in (m.method, m.method + " (control)") if k in plans]
+
+
+def _done(run_dir: Path) -> bool:
+    from policylab.experiments.compare.states import read_json
+
+    rep = read_json(run_dir / "report.json")
+    return bool(rep.get("trained") and rep.get("stopped_by"))
 
 
 def _show(console, mechs, arms, refused, plans) -> None:
@@ -127,9 +133,10 @@ def _show(console, mechs, arms, refused, plans) -> None:
         else:
             a, c = arms[m.method]
             console.print(f"{m.method}: {m.quantity.label}; arms {a.group}/{a.label} vs {c.group}/{c.label}")
-    for g in _order(mechs, arms, plans):
-        console.print(describe_plan(plans[g]))
-        for r in plans[g].runs:
+    for key in _order(mechs, arms, plans):
+        console.print(f"{key}:")
+        console.print(describe_plan(plans[key]))
+        for r in plans[key].runs:
             console.print(f"  {r.state:8s} {r.run_dir}")
 
 

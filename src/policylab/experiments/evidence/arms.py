@@ -124,7 +124,7 @@ def arms_of(mech, settings: Settings) -> tuple[Arm, Arm]:
     return method, control
 
 
-def compare_config(group: str, run: dict, arms: list[Arm], settings: Settings) -> dict:
+def compare_config(group: str, run: dict, arms: list[Arm], settings: Settings, report: str | None = None) -> dict:
     entries, seen = [], set()
     for a in arms:
         if a.label not in seen:
@@ -132,31 +132,35 @@ def compare_config(group: str, run: dict, arms: list[Arm], settings: Settings) -
             entries.append({"name": a.method, "label": a.label, "method_params": dict(a.method_params)})
     return {"out_dir": str(settings.out_dir / group), "methods": entries, "seeds": list(settings.seeds),
             "budget": {"steps": settings.steps}, "common_method_params": dict(COMMON_METHOD_PARAMS),
-            "keep_checkpoints": False, "run": copy.deepcopy(run)}
+            "keep_checkpoints": False, "run": copy.deepcopy(run),
+            **({"report_dir": str(settings.out_dir / group / f"compare-{report}")} if report else {})}
 
 
 def build_plans(mechs, settings: Settings) -> tuple[dict[str, tuple[Arm, Arm]], dict[str, str], dict[str, Plan]]:
     """Arms of every measurable mechanism, the refusals (method -> why its arms cannot run
-    on this task), and one compare plan per shared run. Each mechanism's arms are checked
-    on their own first, so one refused method does not stop the others."""
+    on this task), and one compare plan per mechanism (its two arms, in their shared runs'
+    directories: a control another mechanism already ran is `done` there and skipped), so
+    the runs go mechanism by mechanism in the order given, each finishing all its seeds
+    before the next starts. A refused method does not stop the others."""
     arms: dict[str, tuple[Arm, Arm]] = {}
     refused: dict[str, str] = {}
+    plans: dict[str, Plan] = {}
     for mech in mechs:
+        name = mech.method
         try:
             m, c = arms_of(mech, settings)
-            for a in (m, c):  # the arm alone: every problem of its method on its run, nothing run
-                plan_from_dict(compare_config(a.group, a.run, [a], settings), source=f"evidence {mech.method}")
-        except PolicylabError as exc:
-            refused[mech.method] = str(exc)
+            if m.group == c.group:
+                own = {name: plan_from_dict(compare_config(m.group, m.run, [m, c], settings, name),
+                                            source=f"evidence {name}")}
+            else:  # e.g. a no-update control: another shared run, its own plan
+                own = {name: plan_from_dict(compare_config(m.group, m.run, [m], settings, name),
+                                            source=f"evidence {name}"),
+                       f"{name} (control)": plan_from_dict(compare_config(c.group, c.run, [c], settings,
+                                                                          f"{name}-control"),
+                                                           source=f"evidence {name} (control)")}
+        except PolicylabError as exc:  # every problem of its arms on its run, in one message; nothing ran
+            refused[name] = str(exc)
             continue
-        arms[mech.method] = (m, c)
-    by_group: dict[str, list[Arm]] = {}
-    runs: dict[str, dict] = {}
-    for m, c in arms.values():
-        for a in (m, c):
-            by_group.setdefault(a.group, []).append(a)
-            runs[a.group] = a.run
-    plans = {}
-    for g, group_arms in by_group.items():
-        plans[g] = plan_from_dict(compare_config(g, runs[g], group_arms, settings), source=f"evidence group {g}")
+        arms[name] = (m, c)
+        plans.update(own)
     return arms, refused, plans
