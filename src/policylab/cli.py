@@ -269,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_commands(sub)
     _add_pipeline_command(sub)
     _add_tool_commands(sub)
+    from policylab.experiments.evidence.cli import add_subcommand as add_evidence
+
+    add_evidence(sub)  # evidence
     from policylab.learn.cli import add_subcommands
 
     add_subcommands(sub)  # quiz, explain, site

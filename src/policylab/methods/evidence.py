@@ -180,12 +180,70 @@ EVIDENCE = {
 
 LITERATURE_STATUS = {"orl": LITERATURE_ONLY}
 
+# The four levels of evidence a card states (`levels(name)`), each derived from measured results only:
+#   formula     the kernel tests (hand-worked cases and naive references): every shipped method's
+#   mechanism   the paper's signature against its negative control (`policylab evidence`, declarations in
+#               methods/mechanisms.py): MECHANISM below, copied from benchmarks/results/evidence.json (a test
+#               checks the two agree), or the declaration's reason it is not measurable here
+#   capability  a held-out result with an interval against a reference run on the same prompts: the methods
+#               of _CAPABILITY (their EVIDENCE text above holds the numbers), "not measured" otherwise
+#   scale       inside verl or TRL (docs/running-at-scale.md): verl's training loop never ran here (no GPU);
+#               TRL ran 2-step trainings of a few methods on a tiny random Llama; nothing ran at scale
+FORMULA = "kernel tests (hand-worked cases and naive references)"
+_TRL_RUNS = frozenset(("grpo", "gspo", "reinforce_pp", "rloo"))
+SCALE = "no training inside verl or TRL, nothing at scale"
+SCALE_TRL = "2-step TRL trainings on a tiny random Llama only (docs/running-at-scale.md), nothing at scale"
+_CAPABILITY = frozenset(("grpo", *_COMPARED, "tis", "icepop", "mis", "gmc", "missing_old_logits"))
+NOT_MEASURED = "not measured"
+
+# method -> its row of benchmarks/results/evidence.json as the card states it
+# (policylab.experiments.evidence.table.card_text; regenerate after a new part of the runs)
+MECHANISM: dict[str, str] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Levels:
+    formula: str
+    mechanism: str
+    capability: str
+    scale: str
+
+
+def _short(reason: str) -> str:
+    """The first clause of a not-measurable reason (up to the first colon or semicolon)."""
+    cut = min((i for i in (reason.find(":"), reason.find(";")) if i > 0), default=len(reason))
+    return reason[:cut]
+
+
+def levels(name: str) -> Levels:
+    """The four levels of shipped method `name` (see above)."""
+    from policylab.methods.mechanisms import MECHANISMS
+
+    if name not in EVIDENCE:
+        raise KeyError(f"{name!r} is not a shipped method (methods.evidence.EVIDENCE has no entry)")
+    mech = MECHANISM.get(name)
+    if mech is None:
+        decl = MECHANISMS.get(name)
+        if decl is not None and not decl.measurable:
+            mech = f"not measurable here: {_short(decl.not_measurable_here)}"
+        else:
+            mech = NOT_MEASURED
+    return Levels(FORMULA, mech, EVIDENCE[name] if name in _CAPABILITY else NOT_MEASURED,
+                  SCALE_TRL if name in _TRL_RUNS else SCALE)
+
+
+def status_text(name: str) -> str:
+    """The card's status: what was run (EVIDENCE), then the levels it does not already say."""
+    lv = levels(name)
+    cap = "the result above" if lv.capability != NOT_MEASURED else NOT_MEASURED
+    return (f"{EVIDENCE[name]}. Levels: formula {lv.formula}; mechanism {lv.mechanism}; capability {cap}; "
+            f"scale {lv.scale}")
+
 
 def apply() -> None:
     """Write the measured status into every shipped card (once, at import)."""
-    for name, status in EVIDENCE.items():
+    for name in EVIDENCE:
         r = REGISTRY[name]
-        REGISTRY[name] = dataclasses.replace(r, card=dataclasses.replace(r.card, status=status))
+        REGISTRY[name] = dataclasses.replace(r, card=dataclasses.replace(r.card, status=status_text(name)))
     for name, status in LITERATURE_STATUS.items():
         LITERATURE[name] = dataclasses.replace(LITERATURE[name], status=status)
-

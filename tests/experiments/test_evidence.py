@@ -1,0 +1,277 @@
+"""`policylab evidence`: both arms of a mechanism on the tiny random Llama, shared
+controls, resume, refusals; the declarations of every registered method; the quantities
+and the verdict statistics against hand-worked numbers."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pytest
+
+from policylab import methods
+from policylab.errors import ConfigError, RunInterrupted
+from policylab.methods.registry import UnknownMethodError
+from policylab.experiments.evidence import Settings, evidence, requested
+from policylab.experiments.evidence.arms import arms_of, shared_run
+from policylab.experiments.evidence.verdict import NOT_OBSERVED, OBSERVED, paired, verdict
+from policylab.methods.mechanisms import MECHANISMS, REDUCTIONS, TASKS, Quantity, mechanism
+
+# the tiny model answers nothing right: a reward with mixed outcomes gives the arms a signal
+TINY_SETS = (("task.reward", "trainer_utils:gold_or_even"), ("rollout.max_new_tokens", 4),
+             ("rollout.group_size", 4), ("rollout.prompts_per_step", 2), ("train.micro_batch_size", 4))
+
+
+def tiny_settings(tmp_path, model_dir, seeds=(0, 1), steps=1):
+    return Settings(out_dir=tmp_path / "ev", seeds=seeds, steps=steps, model=str(model_dir), eval_n=4,
+                    sets=TINY_SETS)
+
+
+def quiet():
+    from rich.console import Console
+
+    return Console(file=io.StringIO(), width=200)
+
+
+# ----------------------------------------------------------------------------- declarations
+def test_every_registered_method_declares_one_mechanism():
+    assert set(MECHANISMS) == set(methods.names())
+    for name, m in MECHANISMS.items():
+        assert mechanism(name) is m and m.method == name and m.signature
+        assert m.direction in (1, -1), name
+        if m.measurable:
+            assert isinstance(m.quantity, Quantity) and m.task in TASKS, name
+        else:
+            assert m.quantity is None and len(m.not_measurable_here) > 40, name
+
+
+def test_every_declared_control_is_a_valid_run_of_a_registered_method():
+    from policylab.trainer.config import config_from_dict
+    from policylab.trainer.loop import run_shape
+
+    s = Settings(out_dir=__import__("pathlib").Path("/nonexistent"))
+    for name, m in MECHANISMS.items():
+        if not m.measurable:
+            continue
+        arm, control = arms_of(m, s)
+        for a in (arm, control):
+            cfg = config_from_dict({**a.run, "method": a.method, "seed": 0, "run_dir": "/nonexistent/x",
+                                    "method_params": {**({"kl_coef": 0.0} if any(
+                                        p.name == "kl_coef" for p in methods.get(a.method).params) else {}),
+                                        **a.method_params}})
+            methods.get(a.method).with_params(cfg.method_params, run_shape(cfg))
+        # the control differs from the method arm (otherwise it switches nothing off)
+        assert (arm.method, arm.method_params, arm.run) != (control.method, control.method_params, control.run), name
+
+
+def test_own_task_comes_from_the_methods_exercise_and_the_task_preset_wins_over_it():
+    for name, m in MECHANISMS.items():
+        if m.measurable and m.task == "own":
+            assert "task" in methods.get(name).exercise, name
+    s = Settings(out_dir=__import__("pathlib").Path("/x"))
+    # tis' exercise asks for a bf16 engine; its mechanism's preset (int4) is the one measured
+    assert shared_run(MECHANISMS["tis"], s, control=False)["rollout"]["engine_dtype"] == "int4"
+    rlid = shared_run(MECHANISMS["rlid"], s, control=False)
+    assert rlid["task"] == {"name": "menu_arithmetic", "reward": "menu_label"}
+    # grpo's no-update control differs from its method arm only in the learning rate
+    a, c = shared_run(MECHANISMS["grpo"], s, control=False), shared_run(MECHANISMS["grpo"], s, control=True)
+    assert c["train"].pop("lr") == 0.0 and a["train"].pop("lr") == 1.0e-5 and a == c
+
+
+# ----------------------------------------------------------------------------- quantities
+def test_quantity_reductions_hand_worked():
+    # steps out of order, a NaN, a bool and a missing key are skipped: values in step order 0.5, 1.5, 2.0, 4.0
+    rows = [{"step": 3, "k": 2.0}, {"step": 1, "k": 0.5}, {"step": 2, "k": 1.5}, {"step": 5, "k": float("nan")},
+            {"step": 6, "k": True}, {"step": 7}, {"step": 4, "k": 4}, {"k": 100.0}]
+    assert Quantity("k", "mean")(rows) == pytest.approx((0.5 + 1.5 + 2.0 + 4.0) / 4)  # 2.0
+    assert Quantity("k", "late")(rows) == pytest.approx((2.0 + 4.0) / 2)  # second half of 4 values: 3.0
+    # odd count: 5 values, the second half starts at index 5 // 2 = 2: (3 + 4 + 5) / 3 = 4
+    five = [{"step": i, "k": float(i)} for i in range(1, 6)]
+    assert Quantity("k", "late")(five) == pytest.approx(4.0)
+    assert Quantity("k", "late")([{"step": 1, "k": 7.0}]) == 7.0  # one value: itself
+    assert Quantity("k")([{"step": 1, "other": 1.0}]) is None
+    with pytest.raises(ValueError, match="reduce"):
+        Quantity("k", "median")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in MECHANISMS.items() if m.measurable))
+def test_each_declared_quantity_reads_its_key_hand_worked(name):
+    q = MECHANISMS[name].quantity
+    assert q.reduce in REDUCTIONS
+    rows = [{"step": 1, q.key: 0.5, "noise": 9.0}, {"step": 2, q.key: 1.5}, {"step": 3, q.key: 2.0},
+            {"step": 4, q.key: 4.0}, {"step": 5, "noise": 1.0}]
+    want = {"mean": 2.0, "late": 3.0}[q.reduce]  # (0.5+1.5+2+4)/4 ; (2+4)/2
+    assert q(rows) == pytest.approx(want, abs=1e-12)
+    assert q([{"step": 1, "noise": 1.0}]) is None
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_paired_difference_and_verdict_hand_worked():
+    # d = [0.5, 1.0, 2.5]: mean 4/3; sample var ((-5/6)^2 + (-1/3)^2 + (7/6)^2) / 2 = (25/36 + 4/36 + 49/36) / 2
+    # = 78/72 = 1.08333; se = sqrt(1.08333 / 3) = 0.600925; t = 2.2188 < t(2) = 4.303
+    s = paired({0: 1.0, 1: 2.0, 2: 4.0, 3: None}, {0: 0.5, 1: 1.0, 2: 1.5, 3: 0.0})
+    assert s["seeds"] == [0, 1, 2] and s["difference"] == pytest.approx(4 / 3)
+    assert s["difference_se"] == pytest.approx(math.sqrt(78 / 72 / 3)) and s["t"] == pytest.approx(2.21880, abs=1e-4)
+    assert s["method"] == pytest.approx(7 / 3) and s["control"] == pytest.approx(1.0)
+    # seeds for |t| = 1.96: (1.96 * sd / |mean|)^2 = (1.96 * 1.040833 / 1.333333)^2 = 2.341 -> 3
+    assert s["seeds_needed"] == 3
+    assert verdict(s, 1) == (NOT_OBSERVED, "difference within noise: |t| = 2.22 < 4.30 (3 seeds)")
+    # d = [1.0, 1.1, 0.9]: mean 1.0, var (0 + 0.01 + 0.01) / 2 = 0.01, se = sqrt(0.01 / 3) = 0.057735, t = 17.32
+    s = paired({0: 2.0, 1: 2.1, 2: 1.9}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert s["t"] == pytest.approx(17.3205, abs=1e-3)
+    assert verdict(s, 1)[0] == OBSERVED
+    assert verdict(s, -1) == (NOT_OBSERVED, "significant in the opposite direction: |t| = 17.32 >= 4.30 (3 seeds)")
+    # identical differences: se 0, t infinite in the sign of the mean
+    s = paired({0: 1.0, 1: 2.0}, {0: 0.0, 1: 1.0})
+    assert s["difference_se"] == 0.0 and s["t"] == math.inf and verdict(s, 1)[0] == OBSERVED
+    assert verdict(paired({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0}), 1) == (NOT_OBSERVED, "no difference at all (2 seeds)")
+    one = paired({0: 5.0}, {0: 1.0})
+    assert one["difference_se"] is None and verdict(one, 1)[0] == NOT_OBSERVED
+    assert verdict(paired({}, {}), 1)[0] == NOT_OBSERVED
+    with pytest.raises(ValueError):
+        verdict(s, 0)
+
+
+# ----------------------------------------------------------------------------- the command
+def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_path, tiny_model_dir):
+    s = tiny_settings(tmp_path, tiny_model_dir)
+    table = evidence(["gspo", "cispo", "cord"], s, console=quiet(), command="policylab evidence gspo cispo cord")
+    rows = {r["method"]: r for r in table["rows"]}
+    assert set(rows) == set(methods.names())
+    for name in ("gspo", "cispo"):
+        r = rows[name]
+        assert r["verdict"] in ("observed", "not observed", "not measurable here"), r
+        assert r["runs"]["control_label"] == "grpo" and r["runs"]["method_group"] == r["runs"]["control_group"]
+        assert set(r["per_seed"]) == {"0", "1"}
+        cap = r["capability"]
+        assert cap["method"]["optimizer_steps"] == 4 == cap["control"]["optimizer_steps"]  # 1 step x 4 minibatches
+        assert cap["method"]["sampled_tokens"] > 0 and cap["paired_accuracy"]["n"] == 2
+    # the per-seed quantities are the declared quantity of each arm's own metrics
+    from policylab.trainer.runlog import read_metrics
+
+    group = tmp_path / "ev" / rows["gspo"]["runs"]["method_group"]
+    for seed in (0, 1):
+        for lab, arm in (("gspo", "method"), ("grpo", "control")):
+            got = MECHANISMS["gspo"].quantity(read_metrics(group / "runs" / f"{lab}-seed{seed}" / "metrics.jsonl"))
+            assert rows["gspo"]["per_seed"][str(seed)][arm] == got
+    if rows["gspo"]["verdict"] != "not measurable here":
+        st = rows["gspo"]["stats"]
+        d = [rows["gspo"]["per_seed"][str(k)]["method"] - rows["gspo"]["per_seed"][str(k)]["control"] for k in (0, 1)]
+        assert st["difference"] == pytest.approx(sum(d) / 2)
+    # one plain-GRPO control run per seed serves both gspo and cispo
+    assert sorted(p.name for p in (group / "runs").iterdir()) == [
+        "cispo-seed0", "cispo-seed1", "grpo-seed0", "grpo-seed1", "gspo-seed0", "gspo-seed1"]
+    assert rows["cord"]["verdict"] == "not measurable here" and "retention" in rows["cord"]["why"]
+    assert rows["dapo"]["verdict"] == "not run"
+    # the cost line: distinct runs (shared controls once) x seeds, and the mean measured wall-clock per run
+    distinct = {(a.group, a.label) for m in MECHANISMS.values() if m.measurable for a in arms_of(m, s)}
+    assert table["cost"]["runs_needed"] == 2 * len(distinct) and table["cost"]["seconds_per_run"] > 0
+    md = (tmp_path / "ev" / "evidence.md").read_text()
+    assert "policylab evidence gspo cispo cord" in md and "| `gspo` |" in md
+    assert json.loads((tmp_path / "ev" / "evidence.json").read_text())["counts"] == table["counts"]
+    # a second invocation runs nothing and gives the same rows
+    stamp = (group / "runs" / "grpo-seed0" / "metrics.jsonl").stat().st_mtime_ns
+    again = evidence(["cispo"], s, console=quiet(), command="policylab evidence cispo")
+    assert (group / "runs" / "grpo-seed0" / "metrics.jsonl").stat().st_mtime_ns == stamp
+    assert [r for r in again["rows"] if r["method"] == "gspo"] == [rows["gspo"]]
+    assert again["commands"] == ["policylab evidence gspo cispo cord", "policylab evidence cispo"]
+
+
+def test_an_interrupted_evidence_run_resumes_where_it_stopped(tmp_path, tiny_model_dir, monkeypatch):
+    from policylab.trainer import loop as trainer_mod
+
+    s = tiny_settings(tmp_path, tiny_model_dir, seeds=(0,), steps=2)
+    real = trainer_mod.Trainer.train_step
+    calls = {"n": 0}
+
+    def flaky(self):
+        calls["n"] += 1
+        if calls["n"] == 4:  # gspo's 2 steps (seed-major: the method arm first), then grpo's second step
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", flaky)
+    with pytest.raises(RunInterrupted, match=r"Run `policylab evidence gspo` again to continue"):
+        evidence(["gspo"], s, console=quiet(), command="policylab evidence gspo")
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", real)
+    table = evidence(["gspo"], s, console=quiet(), command="policylab evidence gspo")
+    row = next(r for r in table["rows"] if r["method"] == "gspo")
+    assert row["verdict"] == "not observed" and "1 seed(s)" in row["why"]  # one seed: no uncertainty, no claim
+    log = (tmp_path / "ev" / row["runs"]["control_group"] / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
+    assert '"event": "resumed_from"' in log
+    assert row["capability"]["control"]["optimizer_steps"] == 8  # 2 steps x 4 minibatches, across the resume
+
+
+def test_unknown_and_literature_only_methods_and_no_names_are_refused(tmp_path):
+    from policylab.methods.registry import LiteratureOnlyError
+
+    with pytest.raises(UnknownMethodError, match="unknown method 'dapoo'.*dapo"):
+        requested(["dapoo"], False)
+    with pytest.raises(LiteratureOnlyError):
+        requested(["orl"], False)
+    with pytest.raises(ConfigError, match="or pass --all"):
+        requested([], False)
+    with pytest.raises(ConfigError, match="not both"):
+        requested(["dapo"], True)
+    assert [m.method for m in requested([], True)] == methods.names()
+
+
+def test_cli_evidence_refuses_before_running_and_plans(tmp_path, tiny_model_dir):
+    from cli_utils import cli
+
+    res = cli("evidence", "nope", "--out", str(tmp_path / "ev"))
+    assert res.returncode == 2 and res.stderr.startswith("policylab: error: unknown method 'nope'"), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "ev").exists()
+    res = cli("evidence", "gspo", "--seeds", "0,0", "--out", str(tmp_path / "ev"))
+    assert res.returncode == 2 and "distinct" in res.stderr
+    args = ["evidence", "gspo", "--model", str(tiny_model_dir), "--out", str(tmp_path / "ev"), "--seeds", "0",
+            "--steps", "1", "--eval-n", "4"] + [x for k, v in TINY_SETS for x in ("--set", f"{k}={v}")]
+    res = cli(*args, "--plan")
+    assert res.returncode == 0, res.stderr
+    assert "gspo: mean of `policy/clip_frac`" in res.stdout and "runs       2 new" in res.stdout
+    assert not (tmp_path / "ev").exists()  # --plan runs and writes nothing
+
+
+# ----------------------------------------------------------------------------- card levels
+def test_every_card_states_four_levels_derived_from_measured_results():
+    from policylab.methods import evidence as ev
+
+    for name in methods.names():
+        lv = ev.levels(name)
+        assert lv.formula == ev.FORMULA and lv.scale in (ev.SCALE, ev.SCALE_TRL)
+        assert (lv.capability == ev.NOT_MEASURED) == (name not in ev._CAPABILITY), name
+        decl = MECHANISMS[name]
+        if name in ev.MECHANISM:
+            assert lv.mechanism == ev.MECHANISM[name]
+        elif not decl.measurable:
+            assert lv.mechanism.startswith("not measurable here: ") and lv.mechanism[21:] in decl.not_measurable_here
+        else:
+            assert lv.mechanism == ev.NOT_MEASURED, name
+        status = methods.get(name).card.status
+        assert status.startswith(ev.EVIDENCE[name]) and f"mechanism {lv.mechanism};" in status, name
+    with pytest.raises(KeyError):
+        ev.levels("nope")
+
+
+def test_card_mechanism_levels_agree_with_the_committed_evidence_table():
+    from pathlib import Path
+
+    from policylab.experiments.evidence.table import card_texts
+    from policylab.methods import evidence as ev
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "evidence.json"
+    want = card_texts(json.loads(path.read_text())) if path.is_file() else {}
+    assert ev.MECHANISM == want
+
+
+def test_card_text_of_a_measured_row_hand_worked():
+    from policylab.experiments.evidence.table import card_text
+
+    row = {"method": "gspo", "verdict": "observed", "quantity": "mean of `policy/clip_frac`", "control": "grpo",
+           "why": "x", "per_seed": {}, "stats": {"method": 0.5, "control": 0.125, "difference": 0.375,
+                                                 "difference_se": 0.0125, "n": 3}}
+    assert card_text(row) == ("observed: mean of `policy/clip_frac` 0.5 vs 0.125 for the control (grpo), difference "
+                              "+0.375 ± 0.0125 over 3 seeds (benchmarks/results/evidence.md)")
+    assert card_text({"verdict": "not run"}) is None
+    assert card_text({"verdict": "not measurable here", "why": "declared"}) is None
