@@ -9,8 +9,11 @@ how the forward runs:
   key/value cache rows, which are copied G times;
 * a preallocated key/value cache `[2, layers, rows, kv_heads, P + T, head_dim]` written
   in place (HF's dynamic cache grows by concatenation and rebuilds a 4-D mask every step);
-* rows that have emitted their eos leave the batch: once a `compact_min` fraction of the
-  cache rows is done, the cache is compacted and later steps run only on the live rows;
+* rows that have emitted their eos leave the batch: from the next step on, the output head
+  and the sampling math (transform, draw, log-softmax) run only on the rows still
+  generating; once a `compact_min` fraction of the cache rows is done, the cache is
+  compacted in place (the live rows move to the front of the one preallocated buffer, no
+  second cache is allocated) and the decoder layers run only on the live rows too;
 * the output head runs in vocabulary blocks (same dot products, better cache reuse), and
   no per-step score tensors are kept: the log-prob of the drawn token (and the top-K
   envelope when asked) is taken at once, so memory is O(B x V) instead of O(T x B x V).
