@@ -291,15 +291,14 @@ def to_markdown(runs: dict[str, list[dict]], meta: dict) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    """The machine line of every benchmark report: CPU model and the CPU features it ran
+    on (policylab.engines.cpu: vector width, bf16, AMX flags), the cores the process may
+    use (affinity, cgroup quota), the OS."""
+    from policylab.engines.cpu import describe_cpu
+    from policylab.trainer.runtime import available_cores
+
+    return (f"{describe_cpu()}; {os.cpu_count()} cores, {available_cores().describe()}; "
+            f"{platform.system()} {platform.release()}")
 
 
 def main(argv=None) -> dict[str, list[dict]]:

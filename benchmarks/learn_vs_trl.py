@@ -2,7 +2,8 @@
 GRPOTrainer and policylab's GRPO, each for the same wall-clock budget.
 
     make learn-vs-trl                             # installs trl==1.16.0 into .venv, runs this
-    .venv/bin/python benchmarks/learn_vs_trl.py [--task arith2_add] [--budget-s 900] [--eval-every-s 150]
+    .venv/bin/python benchmarks/learn_vs_trl.py [--task arith2_add] [--budget-s 900] [--eval-every-s 50]
+                                                [--seeds 0,1] [--sides trl,policylab,policylab-fast]
 
 Both sides: the same model (fp32 weights, fp32 training), the same task and the same
 training prompts in the same order (the task's training stream of --seed, as
@@ -17,12 +18,20 @@ One held-out evaluator for both: policylab's (`policylab.eval.evaluate`, the tas
 split and verifier, one sample per prompt at T = 1, the same seed at every evaluation),
 run on each side's current weights with the FastEngine, outside the timed training. The
 evaluations happen at the first step end after every --eval-every-s seconds of training
-(and at 0 s, and at the end), so both sides are measured at matching wall-clock points.
+(and at 0 s, and at the end), so both sides are measured at matching wall-clock points;
+`--eval-every-steps N` evaluates at every N-th step instead (the time of each point is
+still recorded, so the ratio below is computed the same way).
 Each side trains until its training wall-clock (evaluations excluded) reaches
 --budget-s, in its own subprocess (peak RSS its own). Tasks: the candidates of
 benchmarks/base_accuracy.py (--task NAME).
 
-Result: accuracy against time for both sides, and
+Sides: "trl", "policylab" (exact fp32: the FastEngine in fp32) and "policylab-fast" (the
+fast mode, `rollout.engine: fast-bf16`: the bf16 FastEngine samples, TIS on the engine ratio
+corrects the mismatch; train.dtype from --fast-train-dtype, fp32 by default). Every side
+runs once per seed of --seeds (default 0 and 1: the prompt stream, the initial sampling and
+the evaluation draws all follow the seed; TRL and policylab share each seed's stream).
+
+Result: accuracy against time for every side and seed, and per seed and policylab side
 
     A_trl    TRL's accuracy at its last evaluation
     t_trl    the time of TRL's first evaluation at or above A_trl
@@ -31,7 +40,11 @@ Result: accuracy against time for both sides, and
 
 If policylab never reaches A_trl within the budget, the ratio is bounded: "<t_trl/budget"
 is printed. If A_trl is not above the base accuracy (TRL did not learn), the ratio is
-"nan". The last line printed is `time_to_trl_accuracy_ratio=...`. Writes
+"nan". Over the seeds: every seed's ratio, their mean, min and max (the spread). The fast
+mode is also compared with exact fp32 at equal steps: each one's held-out accuracy at the
+last step both reached (linear between its evaluations), with the binomial standard error.
+The last line printed is `time_to_trl_accuracy_ratio=...` (exact fp32; the fast mode's is
+the line before, `time_to_trl_accuracy_ratio_fast=...`). Writes
 benchmarks/results/learn_vs_trl.{json,md,png}.
 """
 
@@ -48,7 +61,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 RESULTS = HERE.parent / "results"
-SIDES = ("trl", "policylab")
+SIDES = ("trl", "policylab", "policylab-fast")
+POLICYLAB_SIDES = ("policylab", "policylab-fast")
 
 
 def _bench(name: str):
@@ -78,15 +92,19 @@ def build(a):
 
 
 class Clock:
-    """Training wall-clock with the evaluations taken out, and the evaluation schedule."""
+    """Training wall-clock with the evaluations taken out, and the evaluation schedule:
+    every `every` seconds of training, or (`every_steps` > 0) every `every_steps` steps."""
 
-    def __init__(self, every: float):
+    def __init__(self, every: float, every_steps: int = 0):
         self.every, self.t0, self.paused, self.next = every, time.perf_counter(), 0.0, every
+        self.every_steps = int(every_steps)
 
     def train_seconds(self) -> float:
         return time.perf_counter() - self.t0 - self.paused
 
-    def due(self) -> bool:
+    def due(self, step: int | None = None) -> bool:
+        if self.every_steps > 0:
+            return step is not None and step > 0 and step % self.every_steps == 0
         return self.every > 0 and self.train_seconds() >= self.next
 
     def evaluated(self, seconds: float) -> None:
@@ -129,12 +147,14 @@ def worker_policylab(a) -> dict:
 
     section, _ = task_section(a.task)
     tcfg, task = build(a)
+    fast = a.worker == "policylab-fast"
     cfg = config_from_dict({
         "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
         "task": section,
         "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
-                    "temperature": 1.0, "engine": "fast"},
-        "train": {"steps": a.max_steps, "lr": a.lr, "micro_batch_size": a.micro_batch, "grad_clip": 1.0},
+                    "temperature": 1.0, "engine": "fast-bf16" if fast else "fast"},
+        "train": {"steps": a.max_steps, "lr": a.lr, "micro_batch_size": a.micro_batch, "grad_clip": 1.0,
+                  "dtype": a.fast_train_dtype if fast else "fp32"},
         "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
         "run_dir": tempfile.mkdtemp(prefix="learn_vs_trl_policylab_"),
     })
@@ -150,18 +170,21 @@ def worker_policylab(a) -> dict:
         return out
 
     trainer.task.next_train = recorded
-    clock = Clock(a.eval_every_s)
+    clock = Clock(a.eval_every_s, a.eval_every_steps)
     _eval_point(points, clock, 0, trainer.model, trainer.tokenizer, a, task, reward, a.worker)
     steps = []
     while clock.train_seconds() < a.budget_s and trainer.step < a.max_steps:
         m = trainer.train_step()
-        steps.append({"step_s": m["time/step_s"], "reward": m.get("reward/mean")})
-        if clock.due():
+        steps.append({"step_s": m["time/step_s"], "reward": m.get("reward/mean"),
+                      **{k: m[k] for k in ("correction/tis/frac_capped", "mismatch/old_vs_behavior_abs_dlogp_mean")
+                         if k in m}})
+        if clock.due(trainer.step):
             _eval_point(points, clock, trainer.step, trainer.model, trainer.tokenizer, a, task, reward, a.worker)
     if points[-1]["step"] != trainer.step:
         _eval_point(points, clock, trainer.step, trainer.model, trainer.tokenizer, a, task, reward, a.worker)
     vs = _bench("vs_trl")
-    return {"side": a.worker, "engine": trainer.engine.engine_name, "points": points, "steps": steps,
+    return {"side": a.worker, "seed": a.seed, "engine": trainer.engine.engine_name, "train_dtype": cfg.train.dtype,
+            "corrections": [st.name for st in trainer.method.corrections], "points": points, "steps": steps,
             "train_seconds": clock.train_seconds(), "peak_rss_mb": vs.peak_rss_mb(),
             "threads": torch.get_num_threads(), "prompts_seen": seen}
 
@@ -197,13 +220,13 @@ def worker_trl(a) -> dict:
 
     class Timed(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
-            clock_box["clock"] = Clock(a.eval_every_s)
+            clock_box["clock"] = Clock(a.eval_every_s, a.eval_every_steps)
 
         def on_step_end(self, args, state, control, model=None, **kw):
             clock = clock_box["clock"]
             if clock.train_seconds() >= a.budget_s:
                 control.should_training_stop = True
-            elif clock.due():
+            elif clock.due(state.global_step):
                 _eval_point(points, clock, state.global_step, model, trainer.processing_class, a, task, reward_fn,
                             a.worker)
             return control
@@ -233,7 +256,7 @@ def worker_trl(a) -> dict:
     step = trainer.state.global_step
     if points[-1]["step"] != step:
         _eval_point(points, clock, step, trainer.model, trainer.processing_class, a, task, reward_fn, a.worker)
-    return {"side": a.worker, "engine": "trl-transformers-generate", "points": points, "steps": steps,
+    return {"side": a.worker, "seed": a.seed, "engine": "trl-transformers-generate", "points": points, "steps": steps,
             "train_seconds": clock.train_seconds(), "peak_rss_mb": vs.peak_rss_mb(),
             "threads": torch.get_num_threads(), "prompts_seen": seen}
 
@@ -262,8 +285,9 @@ def time_to(points: list[dict], level: float) -> float | None:
     return None
 
 
-def ratio(results: dict, budget: float) -> dict:
-    trl, pl = results["trl"]["points"], results["policylab"]["points"]
+def ratio(results: dict, budget: float, side: str = "policylab") -> dict:
+    """time_to_trl_accuracy_ratio of one seed: `results` maps "trl" and `side` to their runs."""
+    trl, pl = results["trl"]["points"], results[side]["points"]
     a_trl, base = trl[-1]["accuracy"], trl[0]["accuracy"]
     out = {"trl_final_accuracy": a_trl, "trl_base_accuracy": base}
     if a_trl <= base:
@@ -272,56 +296,110 @@ def ratio(results: dict, budget: float) -> dict:
     out.update(t_trl=t_trl, t_policylab=t_pl)
     if t_pl is None:
         return {**out, "value": None, "text": f"<{t_trl / budget:.3f}",
-                "why": "policylab did not reach TRL's final accuracy within the budget (upper bound t_trl / budget)"}
+                "why": f"{side} did not reach TRL's final accuracy within the budget (upper bound t_trl / budget)"}
     if t_pl == 0:
-        return {**out, "value": None, "text": "nan", "why": "policylab's base accuracy is already at TRL's final one"}
+        return {**out, "value": None, "text": "nan", "why": f"{side}'s base accuracy is already at TRL's final one"}
     return {**out, "value": t_trl / t_pl, "text": f"{t_trl / t_pl:.3f}", "why": ""}
 
 
-def plot(results: dict, path: Path, title: str) -> None:
+def spread(per_seed: dict) -> dict:
+    """Summary of one side's per-seed ratios: every seed's text, and mean / min / max over
+    the seeds whose ratio is a number (`text` names the bounded or undefined ones too)."""
+    vals = [r["value"] for r in per_seed.values() if r["value"] is not None]
+    texts = [r["text"] for r in per_seed.values()]
+    out = {"per_seed": {str(k): r["text"] for k, r in per_seed.items()}, "n_values": len(vals)}
+    if len(vals) == len(per_seed) and vals:
+        mean = sum(vals) / len(vals)
+        out.update(mean=mean, min=min(vals), max=max(vals),
+                   text=f"{mean:.3f}" + (f" [{min(vals):.3f}, {max(vals):.3f}]" if len(vals) > 1 else ""))
+    else:
+        out["text"] = ", ".join(texts)
+    return out
+
+
+def accuracy_at_step(points: list[dict], step: float) -> tuple[float, float] | None:
+    """(accuracy, its standard error) at `step`, linear between the two evaluations around
+    it (None beyond the last one)."""
+    for p, q in zip(points, points[1:]):
+        if p["step"] <= step <= q["step"]:
+            w = 0.0 if q["step"] == p["step"] else (step - p["step"]) / (q["step"] - p["step"])
+            acc = (1 - w) * p["accuracy"] + w * q["accuracy"]
+            se = ((1 - w) * p["accuracy_stderr"] + w * q["accuracy_stderr"])
+            return acc, se
+    if points and points[-1]["step"] == step:
+        return points[-1]["accuracy"], points[-1]["accuracy_stderr"]
+    return None
+
+
+def equal_steps(exact: dict, fast: dict) -> dict:
+    """The fast mode against exact fp32 at the last step both reached."""
+    step = min(exact["points"][-1]["step"], fast["points"][-1]["step"])
+    e, f = accuracy_at_step(exact["points"], step), accuracy_at_step(fast["points"], step)
+    diff = f[0] - e[0]
+    se = (e[1] ** 2 + f[1] ** 2) ** 0.5
+    return {"step": step, "exact": e[0], "exact_se": e[1], "fast": f[0], "fast_se": f[1], "diff": diff,
+            "diff_se": se, "within_2se": abs(diff) <= 2 * se}
+
+
+def plot(runs: dict, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for side, r in results.items():
-        xs = [p["seconds"] for p in r["points"]]
-        ys = [p["accuracy"] for p in r["points"]]
-        se = [p["accuracy_stderr"] for p in r["points"]]
-        line, = ax.plot(xs, ys, marker="o", ms=3, label=side)
-        ax.fill_between(xs, [y - s for y, s in zip(ys, se)], [y + s for y, s in zip(ys, se)],
-                        color=line.get_color(), alpha=0.15)
+    colors = {}
+    for side, by_seed in runs.items():
+        for i, (seed, r) in enumerate(by_seed.items()):
+            xs = [p["seconds"] for p in r["points"]]
+            ys = [p["accuracy"] for p in r["points"]]
+            se = [p["accuracy_stderr"] for p in r["points"]]
+            line, = ax.plot(xs, ys, marker="o", ms=3, ls="-" if i == 0 else "--", color=colors.get(side),
+                            label=f"{side} seed {seed}")
+            colors[side] = line.get_color()
+            ax.fill_between(xs, [y - s for y, s in zip(ys, se)], [y + s for y, s in zip(ys, se)],
+                            color=line.get_color(), alpha=0.1)
     ax.set_xlabel("training wall-clock (s, evaluations excluded)")
     ax.set_ylabel("held-out accuracy (T = 1)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def to_markdown(report: dict) -> str:
-    R = report["sides"]
+    runs = report["runs"]
     lines = ["# Learning speed: policylab GRPO vs TRL GRPOTrainer, same wall-clock budget", "",
              f"Command: `{report['command']}`  ", f"Machine: {report['machine']}; trl {report.get('trl_version')}  ",
-             f"Configuration: {report['config']}", "", "| side | training s | steps | held-out accuracy at (s) | "
-             "peak RSS (MB) | load before / after |", "|---|---:|---:|---|---:|---|"]
-    for side, r in R.items():
-        pts = ", ".join(f"{100 * p['accuracy']:.1f}% ({p['seconds']:.0f})" for p in r["points"])
-        lines.append(f"| {side} | {r['train_seconds']:.0f} | {r['points'][-1]['step']} | {pts} | "
-                     f"{r['peak_rss_mb']:.0f} | {r['load_before']} / {r['load_after']} |")
+             f"Configuration: {report['config']}", "", "| side | seed | engine / train dtype / corrections | "
+             "training s | steps | held-out accuracy at (s) | peak RSS (MB) | load before / after |",
+             "|---|---:|---|---:|---:|---|---:|---|"]
+    for side, by_seed in runs.items():
+        for seed, r in by_seed.items():
+            pts = ", ".join(f"{100 * p['accuracy']:.1f}% ({p['seconds']:.0f})" for p in r["points"])
+            eng = f"{r.get('engine')} / {r.get('train_dtype', 'fp32')} / {', '.join(r.get('corrections') or []) or 'none'}"
+            lines.append(f"| {side} | {seed} | {eng} | {r['train_seconds']:.0f} | {r['points'][-1]['step']} | {pts} | "
+                         f"{r['peak_rss_mb']:.0f} | {r['load_before']} / {r['load_after']} |")
     if "same_prompts" in report:
-        lines += ["", f"Same training prompts in the same order (over the prompts both sides drew): "
+        lines += ["", f"Same training prompts in the same order per seed (over the prompts every side drew): "
                       f"{report['same_prompts']}."]
-    rt = report.get("ratio")
-    if rt:
-        lines += ["", f"TRL's final accuracy {100 * rt['trl_final_accuracy']:.1f}% (base "
-                      f"{100 * rt['trl_base_accuracy']:.1f}%); reached by TRL at {_secs(rt.get('t_trl'))}, by policylab at "
-                      f"{_secs(rt.get('t_policylab'))}. {rt['why']}", "",
-                  f"**time_to_trl_accuracy_ratio = {rt['text']}** (t_trl / t_policylab: > 1 means policylab reaches "
-                  "TRL's final accuracy sooner)"]
+    for side, summ in report.get("ratios", {}).items():
+        lines += ["", f"### {side}", ""]
+        for seed, rt in summ["seeds"].items():
+            lines.append(f"- seed {seed}: TRL's final accuracy {100 * rt['trl_final_accuracy']:.1f}% (base "
+                         f"{100 * rt['trl_base_accuracy']:.1f}%), reached by TRL at {_secs(rt.get('t_trl'))}, by "
+                         f"{side} at {_secs(rt.get('t_policylab'))}: ratio {rt['text']}. {rt['why']}".rstrip())
+        key = "time_to_trl_accuracy_ratio" + ("_fast" if side == "policylab-fast" else "")
+        lines += ["", f"**{key} = {summ['spread']['text']}** (mean [min, max] over the seeds; t_trl / t_{side}: "
+                      f"> 1 means {side} reaches TRL's final accuracy sooner)"]
+    for seed, eq in report.get("fast_vs_exact", {}).items():
+        lines.append("")
+        lines.append(f"Fast mode vs exact fp32 at equal steps (seed {seed}, step {eq['step']}): "
+                     f"{100 * eq['fast']:.1f}% ± {100 * eq['fast_se']:.1f} vs {100 * eq['exact']:.1f}% ± "
+                     f"{100 * eq['exact_se']:.1f} (difference {100 * eq['diff']:+.1f} ± {100 * eq['diff_se']:.1f} "
+                     f"points; {'within' if eq['within_2se'] else 'outside'} 2 standard errors)")
     lines += ["", "![accuracy against wall-clock](learn_vs_trl.png)"]
     return "\n".join(lines) + "\n"
 
@@ -334,9 +412,14 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--task", default="arith2_add", help="a candidate of benchmarks/base_accuracy.py")
     ap.add_argument("--model", default="embedded")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # a worker's seed
+    ap.add_argument("--seeds", default="0,1", help="comma list: every side runs once per seed")
     ap.add_argument("--budget-s", type=float, default=900.0, help="training wall-clock per side (evaluations excluded)")
-    ap.add_argument("--eval-every-s", type=float, default=150.0)
+    ap.add_argument("--eval-every-s", type=float, default=50.0)
+    ap.add_argument("--eval-every-steps", type=int, default=0, help="> 0: evaluate every N steps instead of every "
+                                                                    "--eval-every-s seconds")
+    ap.add_argument("--fast-train-dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="train.dtype of the policylab-fast side")
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
@@ -344,13 +427,19 @@ def parse(argv=None):
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--max-steps", type=int, default=2000, help="step cap (the wall-clock budget ends the runs)")
-    ap.add_argument("--sides", default="trl,policylab")
+    ap.add_argument("--sides", default="trl,policylab,policylab-fast")
     ap.add_argument("--out", default=str(RESULTS / "learn_vs_trl"), help="results path without suffix ('' = none)")
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.max_new_tokens is None:
         a.max_new_tokens = task_section(a.task)[1]
+    try:
+        a.seed_list = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+    if not a.seed_list:
+        raise SystemExit("--seeds names no seed")
     return a
 
 
@@ -367,43 +456,76 @@ def main(argv=None) -> dict:
     from vs_trl import worker_args
 
     passthrough, sides = worker_args(argv, a.sides, SIDES)
+    passthrough = _without(passthrough, ("--seeds", "--seed"))
     have_trl = importlib.util.find_spec("trl") is not None
     if "trl" in sides and not have_trl:
         print("trl is not installed: skipping the TRL side (make learn-vs-trl installs trl==1.16.0)", flush=True)
         sides = [s for s in sides if s != "trl"]
-    results = {s: run_worker(s, passthrough) for s in sides}
+    runs: dict[str, dict[int, dict]] = {s: {} for s in sides}
+    for seed in a.seed_list:  # seed by seed: a seed's sides run back to back, under the same machine state
+        for s in sides:
+            runs[s][seed] = run_worker(s, passthrough + ["--seed", str(seed)])
     _, task = build(a)
     vs = _bench("vs_trl")
+    every = (f"every {a.eval_every_steps} steps" if a.eval_every_steps > 0 else f"every {a.eval_every_s:g} s")
     report = {
         "command": "python benchmarks/learn_vs_trl.py " + " ".join(argv), "machine": vs.machine(),
         "trl_version": __import__("trl").__version__ if have_trl else None, "task": task.describe,
         "config": (f"task {a.task} ({task.describe}); {a.prompts} prompts x {a.group} samples per step, <= "
                    f"{a.max_new_tokens} new tokens, temperature 1, lr {a.lr} constant, micro-batch {a.micro_batch}, "
-                   f"seed {a.seed}, fp32; budget {a.budget_s:g} s of training per side, evaluated every "
-                   f"{a.eval_every_s:g} s on {a.eval_n} held-out prompts"),
-        "sides": results,
+                   f"seeds {','.join(map(str, a.seed_list))}, fp32 weights (policylab-fast: rollout.engine=fast-bf16, "
+                   f"train dtype {a.fast_train_dtype}); budget {a.budget_s:g} s of training per side, evaluated "
+                   f"{every} on {a.eval_n} held-out prompts"),
+        "runs": runs,
     }
-    if len(results) == 2:
-        seen = [results[s]["prompts_seen"] for s in SIDES]
-        n = min(len(x) for x in seen)
-        report["same_prompts"] = n > 0 and seen[0][:n] == seen[1][:n]
-        report["ratio"] = ratio(results, a.budget_s)
-    for s, r in results.items():
-        r["prompts_seen"] = len(r["prompts_seen"])
-        print(f"{s:10s} " + "  ".join(f"{p['seconds']:.0f}s:{p['accuracy']:.3f}" for p in r["points"]))
-    if a.out and results:
+    if "trl" in runs and any(s in runs for s in POLICYLAB_SIDES):
+        same = []
+        for seed in a.seed_list:
+            seen = [runs[s][seed]["prompts_seen"] for s in runs]
+            n = min(len(x) for x in seen)
+            same.append(n > 0 and all(x[:n] == seen[0][:n] for x in seen))
+        report["same_prompts"] = all(same)
+        report["ratios"] = {}
+        for side in POLICYLAB_SIDES:
+            if side in runs:
+                per = {seed: ratio({"trl": runs["trl"][seed], side: runs[side][seed]}, a.budget_s, side)
+                       for seed in a.seed_list}
+                report["ratios"][side] = {"seeds": per, "spread": spread(per)}
+    if all(s in runs for s in POLICYLAB_SIDES):
+        report["fast_vs_exact"] = {seed: equal_steps(runs["policylab"][seed], runs["policylab-fast"][seed])
+                                   for seed in a.seed_list}
+    for s, by_seed in runs.items():
+        for seed, r in by_seed.items():
+            r["prompts_seen"] = len(r["prompts_seen"])
+            print(f"{s:15s} seed {seed} " + "  ".join(f"{p['seconds']:.0f}s:{p['accuracy']:.3f}" for p in r["points"]))
+    if a.out and runs:
         out = Path(a.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-        plot(results, out.with_suffix(".png"), report["config"][:120])
+        plot(runs, out.with_suffix(".png"), report["config"][:120])
         md = to_markdown(report).replace("learn_vs_trl.png", out.with_suffix(".png").name)
         out.with_suffix(".md").write_text(md)
-    if "ratio" in report:
-        rt = report["ratio"]
-        print(f"time_to_trl_accuracy_s: trl={rt.get('t_trl')} policylab={rt.get('t_policylab')} "
-              f"(TRL final accuracy {rt['trl_final_accuracy']:.3f}) {rt['why']}".rstrip())
-        print(f"time_to_trl_accuracy_ratio={rt['text']}")
+    for side in ("policylab-fast", "policylab"):  # exact fp32 last: its line is the last one printed
+        if side in report.get("ratios", {}):
+            summ = report["ratios"][side]
+            for seed, rt in summ["seeds"].items():
+                print(f"[{side} seed {seed}] time_to_trl_accuracy_s: trl={rt.get('t_trl')} {side}="
+                      f"{rt.get('t_policylab')} (TRL final accuracy {rt['trl_final_accuracy']:.3f}) {rt['why']}".rstrip())
+            key = "time_to_trl_accuracy_ratio" + ("_fast" if side == "policylab-fast" else "")
+            print(f"{key}={summ['spread']['text']}")
     return report
+
+
+def _without(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in names:
+            skip = True
+        elif not any(x.startswith(n + "=") for n in names):
+            out.append(x)
+    return out
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_data
 (so it reads the prompts in the same order), use_cpu, report_to="none".
 
 Each side runs in its own subprocess (`--worker <side>`), so the peak RSS of each is its own.
+The fast mode: "policylab-fast" is policylab with `rollout.engine: fast-bf16` (the bf16
+FastEngine samples, its log-probs are μ, TIS on the engine ratio corrects the mismatch;
+training in --fast-train-dtype, fp32 by default); its ratio is printed as
+`ratio_vs_trl_fast=`, beside the exact-fp32 `ratio_vs_trl=`.
 Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix), "policylab-system"
 (policylab with `keep_freed_memory: false`, i.e. glibc's default allocator behaviour) and
 "trl-keep" (TRL after the same `policylab.trainer.runtime.keep_freed_memory()` call the policylab
@@ -48,7 +52,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve()
-SIDES = ("trl", "trl-keep", "policylab", "policylab-system", "policylab-plain")
+SIDES = ("trl", "trl-keep", "policylab", "policylab-fast", "policylab-system", "policylab-plain")
 
 
 # ------------------------------------------------------------------------ shared setup
@@ -102,13 +106,16 @@ def worker_policylab(a) -> dict:
     from policylab.trainer.loop import Trainer
 
     plain = a.worker == "policylab-plain"  # ablation: HF generate, no shared prompt prefix
+    fast = a.worker == "policylab-fast"  # the fast mode: bf16 sampler + TIS
     cfg = {
         "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
         "keep_freed_memory": a.worker != "policylab-system",
         "task": {"name": "arithmetic", "ops": ["+", "*"], "digits": 1},
         "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
-                    "temperature": 1.0, "engine": "hf" if plain else a.engine, "engine_dtype": a.engine_dtype},
-        "train": {"steps": a.steps, "lr": a.lr, "dtype": a.train_dtype, "micro_batch_size": a.micro_batch,
+                    "temperature": 1.0, "engine": "hf" if plain else "fast-bf16" if fast else a.engine,
+                    "engine_dtype": "fp32" if fast else a.engine_dtype},
+        "train": {"steps": a.steps, "lr": a.lr, "dtype": a.fast_train_dtype if fast else a.train_dtype,
+                  "micro_batch_size": a.micro_batch,
                   "grad_clip": 1.0, "shared_prefix": not plain},
         "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
         "run_dir": tempfile.mkdtemp(prefix="vs_trl_policylab_"),
@@ -130,6 +137,8 @@ def worker_policylab(a) -> dict:
               f"len {m.get('response/length_mean', float('nan')):.1f}", flush=True)
     train_wall = time.perf_counter() - t_train
     out = {"side": a.worker, "engine": trainer.engine.engine_name, "allocator": _allocator(), "shared_prefix": trainer.cfg.train.shared_prefix,
+           "train_dtype": trainer.cfg.train.dtype,
+           "corrections": [st.name for st in trainer.method.corrections],
            "micro_batch": trainer.cfg.train.micro_batch_size,
            "setup_s": setup_s, "train_wall_s": train_wall, "steps": steps, "peak_rss_mb": peak_rss_mb(),
            "threads": torch.get_num_threads()}
@@ -257,8 +266,11 @@ def machine() -> str:
                 break
     except OSError:
         pass
+    from policylab.engines.cpu import cpu_flags, describe_cpu
+
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
+    flags = describe_cpu(cpu_flags()).split("; ", 1)[-1]  # the CPU features the run had
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}; {flags}"
 
 
 def to_markdown(report: dict) -> str:
@@ -280,6 +292,7 @@ def to_markdown(report: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(fn(R[s]) for s in sides) + " |")
 
     row("engine", lambda r: r["engine"])
+    row("train dtype / corrections", lambda r: f"{r.get('train_dtype', 'fp32')} / {', '.join(r.get('corrections') or []) or 'none'}")
     row("allocator", lambda r: r.get("allocator", "glibc default"))
     row("micro-batch", lambda r: str(r.get("micro_batch", report["micro_batch"])))
     row("per-step time (s)", lambda r: ", ".join(f"{x['step_s']:.1f}" for x in r["steps"]))
@@ -308,6 +321,9 @@ def to_markdown(report: dict) -> str:
         lines += ["", f"Same prompts in the same order on every side: {report['same_prompts']}."]
     if "ratio_vs_trl_keep" in report:
         lines += ["", f"ratio vs TRL with the same allocator setting (trl-keep): {report['ratio_vs_trl_keep']:.2f}"]
+    if "ratio_vs_trl_fast" in report:
+        lines += ["", f"**ratio_vs_trl_fast = {report['ratio_vs_trl_fast']:.2f}** (the fast mode, "
+                      "rollout.engine=fast-bf16 with TIS, completions/s / TRL completions/s)"]
     if "ratio_vs_trl" in report:
         lines += ["", f"**ratio_vs_trl = {report['ratio_vs_trl']:.2f}** (policylab completions/s / TRL completions/s)"]
     return "\n".join(lines) + "\n"
@@ -326,9 +342,11 @@ def parse(argv=None):
     ap.add_argument("--engine", default="fast", choices=("fast", "hf", "auto"), help="policylab rollout engine")
     ap.add_argument("--engine-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--train-dtype", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--fast-train-dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="train.dtype of the policylab-fast side")
     ap.add_argument("--trl-gradient-checkpointing", action="store_true")
     ap.add_argument("--eval-n", type=int, default=0)
-    ap.add_argument("--sides", default="trl,policylab", help="comma list: which sides to run, in order")
+    ap.add_argument("--sides", default="trl,policylab,policylab-fast", help="comma list: which sides to run, in order")
     ap.add_argument("--out", default=str(RESULTS / "vs_trl"), help="results path without suffix ('' = none)")
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
@@ -393,6 +411,8 @@ def main(argv=None) -> dict:
             r["ratio_vs_trl"] = r["summary"]["completions_per_s"] / trl["summary"]["completions_per_s"]
         if "policylab" in results:
             report["ratio_vs_trl"] = results["policylab"]["ratio_vs_trl"]
+        if "policylab-fast" in results:
+            report["ratio_vs_trl_fast"] = results["policylab-fast"]["ratio_vs_trl"]
     if "trl-keep" in results and "policylab" in results:
         report["ratio_vs_trl_keep"] = (results["policylab"]["summary"]["completions_per_s"]
                                        / results["trl-keep"]["summary"]["completions_per_s"])
@@ -409,6 +429,9 @@ def main(argv=None) -> dict:
         out.with_suffix(".md").write_text(to_markdown(report))
     if "ratio_vs_trl_keep" in report:
         print(f"ratio_vs_trl_keep={report['ratio_vs_trl_keep']:.3f}  (TRL with the same allocator setting)")
+    if "ratio_vs_trl_fast" in report:
+        print(f"ratio_vs_trl_fast={report['ratio_vs_trl_fast']:.3f}  (the fast mode: rollout.engine=fast-bf16, "
+              f"train dtype {a.fast_train_dtype})")
     if "ratio_vs_trl" in report:
         print(f"ratio_vs_trl={report['ratio_vs_trl']:.3f}")
     return report

@@ -73,6 +73,15 @@ def test_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     assert "| completions/s |" in md and "| peak RSS (MB) |" in md and "| allocator |" in md
 
 
+def test_vs_trl_fast_side_tiny(tmp_path, tiny_model_dir):
+    """The fast-mode side samples with the bf16 engine and trains GRPO paired with TIS."""
+    vs_trl = _load("vs_trl")
+    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab-fast"))
+    f = report["sides"]["policylab-fast"]
+    assert f["engine"] == "fast-bf16" and f["corrections"] == ["tis"] and f["train_dtype"] == "fp32"
+    assert "| train dtype / corrections | fp32 / tis |" in (tmp_path / "v.md").read_text()
+
+
 @pytest.mark.slow  # ~20 s: TRL import and trainer set-up; runs with `make test-all` when trl is installed
 def test_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
     pytest.importorskip("trl")

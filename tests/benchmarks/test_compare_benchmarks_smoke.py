@@ -42,13 +42,13 @@ def test_base_accuracy_tiny(tmp_path, tiny_model_dir):
 def _learn_args(model_dir, out, sides="policylab"):
     return ["--model", str(model_dir), "--task", "arith2_add", "--budget-s", "3", "--eval-every-s", "1",
             "--eval-n", "4", "--prompts", "2", "--group", "2", "--max-new-tokens", "4", "--micro-batch", "4",
-            "--sides", sides, "--out", str(out)]
+            "--sides", sides, "--seeds", "0", "--out", str(out)]
 
 
 def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     learn = _load("learn_vs_trl")
     report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l"))
-    side = report["sides"]["policylab"]
+    side = report["runs"]["policylab"][0]
     pts = side["points"]
     # no timed bound: the base point is taken before the first step, the points follow
     # the training clock in order, and the run stops only once its budget is spent (the
@@ -58,7 +58,44 @@ def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     assert [p["step"] for p in pts] == sorted(p["step"] for p in pts) and pts[-1]["step"] >= 1
     assert side["train_seconds"] >= 3
     assert side["prompts_seen"] == 2 * pts[-1]["step"]  # the task's stream, 2 prompts per step
-    assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab |" in (tmp_path / "l.md").read_text()
+    assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab | 0 |" in (tmp_path / "l.md").read_text()
+
+
+def test_learn_vs_trl_fast_side_and_step_schedule_tiny(tmp_path, tiny_model_dir):
+    """The fast mode's side trains with the bf16 engine and TIS; --eval-every-steps puts the
+    evaluations at step multiples; both policylab sides give the equal-steps comparison."""
+    learn = _load("learn_vs_trl")
+    args = _learn_args(tiny_model_dir, tmp_path / "f", "policylab,policylab-fast")
+    args[args.index("--eval-every-s") + 1] = "0"
+    report = learn.main(args + ["--eval-every-steps", "2"])
+    fast = report["runs"]["policylab-fast"][0]
+    assert fast["engine"] == "fast-bf16" and fast["corrections"] == ["tis"]
+    assert report["runs"]["policylab"][0]["corrections"] == []
+    steps = [p["step"] for p in fast["points"]]
+    assert all(s % 2 == 0 for s in steps[1:-1]) and steps[0] == 0
+    eq = report["fast_vs_exact"][0]
+    assert eq["step"] == min(fast["points"][-1]["step"], report["runs"]["policylab"][0]["points"][-1]["step"])
+
+
+def test_learn_vs_trl_spread_and_equal_steps_rules():
+    learn = _load("learn_vs_trl")
+    # two seeds with ratios 2.0 and 1.5: mean 1.75, spread [1.5, 2.0]
+    s = learn.spread({0: {"value": 2.0, "text": "2.000"}, 1: {"value": 1.5, "text": "1.500"}})
+    assert s["mean"] == 1.75 and s["min"] == 1.5 and s["max"] == 2.0 and s["text"] == "1.750 [1.500, 2.000]"
+    # a bounded seed: no mean, every seed's text
+    s = learn.spread({0: {"value": 2.0, "text": "2.000"}, 1: {"value": None, "text": "<0.500"}})
+    assert "mean" not in s and s["text"] == "2.000, <0.500"
+    # equal steps: exact evaluated at steps 0, 10, 20 (0.2, 0.4, 0.6), fast at 0, 16 (0.2, 0.5):
+    # at step 16, exact = 0.4 + 0.6 * (0.6 - 0.4) = 0.52; fast 0.5; difference -0.02;
+    # se: exact 0.02 + 0.6 * (0.04 - 0.02) = 0.032, fast 0.03 -> sqrt(0.032^2 + 0.03^2) = 0.04386
+    def pts(*rows):
+        return {"points": [{"step": st, "accuracy": acc, "accuracy_stderr": se} for st, acc, se in rows]}
+    eq = learn.equal_steps(pts((0, 0.2, 0.01), (10, 0.4, 0.02), (20, 0.6, 0.04)), pts((0, 0.2, 0.01), (16, 0.5, 0.03)))
+    assert eq["step"] == 16 and eq["exact"] == pytest.approx(0.52) and eq["fast"] == 0.5
+    assert eq["diff"] == pytest.approx(-0.02) and eq["diff_se"] == pytest.approx(0.0438634, rel=1e-5)
+    assert eq["within_2se"] is True
+    clock = learn.Clock(0.0, every_steps=3)
+    assert [clock.due(k) for k in range(7)] == [False, False, False, True, False, False, True]
 
 
 def test_learn_vs_trl_clock_without_a_schedule():
@@ -91,7 +128,7 @@ def test_learn_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
     pytest.importorskip("trl")
     learn = _load("learn_vs_trl")
     report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l", "trl,policylab"))
-    assert report["same_prompts"] is True
+    assert report["same_prompts"] is True and "policylab" in report["ratios"]
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("time_to_trl_accuracy_ratio=")
 

@@ -93,6 +93,57 @@ def test_compaction_does_not_change_the_result(tiny_model, tokenizer):
     assert_close(eager.logp_behavior, never.logp_behavior, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("compact_min", [1.0, 0.125])
+def test_finished_rows_leave_the_output_head_and_the_sampler(tiny_model, tokenizer, compact_min):
+    """After step t the head (and the sampling math) runs only on the rows still
+    generating: #{rows whose response is longer than t + 1}, read off the output, whether
+    or not the cache was compacted yet (compact_min=1.0: never before all are done)."""
+    model = eos_prone(tiny_model)
+    s = SamplingSettings(temperature=0.9, top_k=50)
+    eng = FastEngine(model, tokenizer, compact_min=compact_min)
+    seen = []
+    head = eng._net.logits
+    eng._net.logits = lambda hidden, keep_fp64=False: (seen.append(hidden.shape[0]), head(hidden, keep_fp64))[1]
+    b = sample(eng, s, seed=2, G=4, max_new_tokens=12)
+    lengths = b.loss_mask.sum(1)
+    assert lengths.unique().numel() >= 3  # rows end at different steps
+    T = b.loss_mask.shape[1]
+    assert seen[0] == len(PROMPTS)  # the prefill: one row per distinct prompt
+    assert seen[1:] == [int((lengths > k).sum()) for k in range(1, T)]
+    ref = sample(FastEngine(model, tokenizer, compact_min=1.0), s, seed=2, G=4, max_new_tokens=12)
+    assert torch.equal(b.tokens, ref.tokens)
+    assert_close(b.logp_behavior, ref.logp_behavior, rtol=0, atol=1e-5)
+    assert_close(b.logp_behavior, torch.where(b.loss_mask, recompute(model, b), 0.0), rtol=0, atol=1e-5)
+
+
+def test_compaction_is_in_place_in_one_contiguous_buffer(tiny_model, tokenizer):
+    """Compaction moves the live rows to the front of the buffer the decode started with
+    (no second cache is allocated), equal to gathering them (naive reference)."""
+    model = eos_prone(tiny_model)
+    eng = FastEngine(model, tokenizer, compact_min=1e-9)
+    net = eng._net
+    cache = torch.randn(2, 3, 6, 2, 10, 4)
+    keep = torch.tensor([1, 2, 4])
+    ref = cache[:, :, keep, :, :7].clone()
+    base = cache.untyped_storage().data_ptr()
+    out = net.compact(cache, keep, 7)
+    assert out.untyped_storage().data_ptr() == base and out.shape == (2, 3, 3, 2, 10, 4)
+    assert torch.equal(out[..., :7, :], ref)
+    assert net.compact(out, torch.arange(3), 7) is out  # nothing finished: unchanged
+    # in a decode: every compaction returns a view of the first cache's storage
+    ptrs = []
+    compact = net.compact
+    new_cache = net.new_cache
+    net.new_cache = lambda *a: (lambda c: (ptrs.append(c.untyped_storage().data_ptr()), c)[1])(new_cache(*a))
+    net.compact = lambda c, k, f: (lambda r: (ptrs.append(r.untyped_storage().data_ptr()), r)[1])(compact(c, k, f))
+    b = sample(eng, SamplingSettings(temperature=0.9, top_k=50), seed=2, G=4, max_new_tokens=12)
+    assert len(ptrs) >= 3 and len(set(ptrs)) == 1  # compacted at least twice, always in the same buffer
+    ref = sample(FastEngine(model, tokenizer, compact_min=1.0), SamplingSettings(temperature=0.9, top_k=50), seed=2,
+                 G=4, max_new_tokens=12)
+    assert torch.equal(b.tokens, ref.tokens)
+    assert_close(b.logp_behavior, ref.logp_behavior, rtol=0, atol=1e-5)
+
+
 def test_all_rows_stop_early(tiny_model, tokenizer):
     """When every row has its eos, the loop stops: T is the longest response, as in HF."""
     model = eos_prone(tiny_model, alpha=3.0)
@@ -213,14 +264,12 @@ def test_cdf_sampler_draws_from_the_kept_distribution():
     from policylab.engines.fast import _draw_cdf
 
     z = torch.tensor([[0.0, 1.0, -1.0, float("-inf"), 2.0, -3.0]]).repeat(200_000, 1)
-    live = torch.ones(z.shape[0], dtype=torch.bool)
-    live[::10] = False  # finished rows are skipped (token 0, no draw)
     gen_state = torch.get_rng_state()
     torch.manual_seed(0)
-    tok = _draw_cdf(z, live)
+    tok = _draw_cdf(z)  # only rows still generating reach the sampler
     torch.set_rng_state(gen_state)
-    assert bool((tok[~live] == 0).all())
-    counts = torch.bincount(tok[live], minlength=6).double()
+    assert tok.shape == (200_000,) and _draw_cdf(z[:0]).shape == (0,)
+    counts = torch.bincount(tok, minlength=6).double()
     n = counts.sum()
     p = torch.softmax(z[0].double(), -1)
     se = (p * (1 - p) / n).sqrt()

@@ -92,8 +92,8 @@ def pair_correction(method: Method, engine: str) -> Method:
         raise ConfigError(f"rollout.engine={engine}: method {method.name} already declares a `tis_cap` parameter for "
                           "another purpose; the fast mode cannot add its own")
     card = dataclasses.replace(
-        method.card, samples=f"behavior μ = fast-bf16 engine (bf16 weight copy) at the sampling weights; π_old = fp32 "
-                             f"trainer at the same weights [{method.card.samples}]",
+        method.card, samples="behavior μ = fast-bf16 engine (bf16 weight copy) at the sampling weights; π_old = fp32 "
+                             "trainer recompute at the same weights",
         summary=method.card.summary + "; fast mode: x sg(min(π_old/μ, C)) (TIS on the engine ratio)")
     return dataclasses.replace(method, card=card, params=tuple(method.params) + (_TIS_CAP,),
                                corrections=tuple(method.corrections) + (losses.TIS,),

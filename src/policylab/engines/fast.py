@@ -9,8 +9,11 @@ how the forward runs:
   key/value cache rows, which are copied G times;
 * a preallocated key/value cache `[2, layers, rows, kv_heads, P + T, head_dim]` written
   in place (HF's dynamic cache grows by concatenation and rebuilds a 4-D mask every step);
-* rows that have emitted their eos leave the batch: once a `compact_min` fraction of the
-  cache rows is done, the cache is compacted and later steps run only on the live rows;
+* rows that have emitted their eos leave the batch: from the next step on, the output head
+  and the sampling math (transform, draw, log-softmax) run only on the rows still
+  generating; once a `compact_min` fraction of the cache rows is done, the cache is
+  compacted in place (the live rows move to the front of the one preallocated buffer, no
+  second cache is allocated) and the decoder layers run only on the live rows too;
 * the output head runs in vocabulary blocks (same dot products, better cache reuse), and
   no per-step score tensors are kept: the log-prob of the drawn token (and the top-K
   envelope when asked) is taken at once, so memory is O(B x V) instead of O(T x B x V).
@@ -213,12 +216,13 @@ class FastEngine(HFEngine):
         return [row[m].tolist() for row, m in zip(response, mask)]
 
     # ------------------------------------------------------------------------------
-    def _draw(self, z: torch.Tensor, rows: torch.Tensor, live: torch.Tensor, B: int) -> torch.Tensor:
-        """Tokens [R] for the cache rows from the processed scores z [R, V]."""
+    def _draw(self, z: torch.Tensor, rows: torch.Tensor, B: int) -> torch.Tensor:
+        """Tokens [R] for the rows still generating (original rows `rows`) from their
+        processed scores z [R, V]."""
         if self.sampler == "cdf":
-            return _draw_cdf(z, live)
+            return _draw_cdf(z)
         # torch.multinomial(p, 1) is argmax(p / E), E ~ Exp(1) drawn row-major for every
-        # row of the batch: draw the full [B, V] as HF's loop does, use the cache rows
+        # row of the batch: draw the full [B, V] as HF's loop does, use the rows still generating
         E = torch.empty((B, z.shape[1]), dtype=torch.float32, device=z.device).exponential_()
         return (torch.softmax(z, -1) / E[rows]).argmax(-1)
 
@@ -247,12 +251,14 @@ class FastEngine(HFEngine):
         eos = torch.tensor(self.eos_token_ids, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         rows = torch.arange(B, device=dev)  # original row of each cache row
+        live = torch.ones(B, dtype=torch.bool, device=dev)  # cache rows still generating: `logits` holds these
+        last = torch.full((B,), self.pad_token_id, dtype=torch.long, device=dev)  # each row's latest token
         key_ok = torch.zeros((B, S), dtype=torch.bool, device=dev)  # cache columns a row may attend to
         key_ok[:, :P] = pmask.repeat_interleave(G, 0)
         T = 0
         for t in range(max_new_tokens):
-            live = ~done[rows]  # cache rows still generating
-            z = logits  # fp32, or fp64 with fp64_scores
+            lrows = rows[live]  # original rows of the logits held (the rows still generating)
+            z = logits  # [len(lrows), V] fp32, or fp64 with fp64_scores
             if sampling is None:
                 tok = z.argmax(-1)
             else:
@@ -261,42 +267,41 @@ class FastEngine(HFEngine):
                 z = restrict_to(z, sampling.allowed_ids)  # a menu restriction (no-op without one)
                 if sampling.top_k > 0 or sampling.top_p < 1.0:
                     z = z.masked_fill(~kept_set(z, top_k=sampling.top_k, top_p=sampling.top_p), float("-inf"))
-                tok = self._draw(z, rows, live, B)
+                tok = self._draw(z, lrows, B)
                 lsm = torch.log_softmax(z, -1)
-                r = rows[live]
-                logp[r, t] = lsm[live].gather(1, tok[live, None]).squeeze(1)
+                logp[lrows, t] = lsm.gather(1, tok[:, None]).squeeze(1)
                 if K:
-                    tv = lsm[live].topk(K, dim=-1)
-                    top_ids[r, t], top_lp[r, t] = tv.indices, tv.values
-            r = rows[live]
-            resp[r, t] = tok[live]
-            done[r] = torch.isin(tok[live], eos)
+                    tv = lsm.topk(K, dim=-1)
+                    top_ids[lrows, t], top_lp[lrows, t] = tv.indices, tv.values
+            resp[lrows, t] = tok
+            last[lrows] = tok
+            done[lrows] = torch.isin(tok, eos)
             T = t + 1
             if bool(done.all()) or T == max_new_tokens:
                 break
-            finished = int((~live).sum()) + int(done[r].sum())
+            finished = int(done[rows].sum())
             col = P + t
             if finished and finished >= self.compact_min * rows.numel():
                 keep = (~done[rows]).nonzero().squeeze(1)
                 cache = net.compact(cache, keep, col)
-                rows, tok = rows[keep], tok[keep]
+                rows = rows[keep]
+            # finished rows still in the cache feed their last token: their outputs are never read
             key_ok[rows, col] = True
-            hidden = net.step(tok, plen[rows] + t, col, cache, key_ok[rows, : col + 1])
-            logits = net.logits(hidden, fp64)
+            hidden = net.step(last[rows], plen[rows] + t, col, cache, key_ok[rows, : col + 1])
+            live = ~done[rows]
+            # the output head and the sampling math only for the rows still generating
+            logits = net.logits(hidden if bool(live.all()) else hidden[live], fp64)
         topk = {"behavior_topk_ids": top_ids[:, :T], "behavior_topk_logp": top_lp[:, :T]} if K else {}
         return resp[:, :T], logp[:, :T], topk
 
 
-def _draw_cdf(z: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw from softmax(z) for the live rows (one uniform each, from the
-    current torch RNG); finished rows get token 0 (never read). The cumulative sum is
-    taken in fp64, so u * total < total and the first index whose cumulative mass exceeds
-    it always has p > 0: a token outside the kept set (p = 0) can never be drawn."""
-    tok = torch.zeros(z.shape[0], dtype=torch.long, device=z.device)
-    n = int(live.sum())
-    if n == 0:
-        return tok
-    cdf = torch.softmax(z[live], -1).double().cumsum_(-1)
-    u = torch.rand(n, 1, dtype=torch.float64, device=z.device) * cdf[:, -1:]
-    tok[live] = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=z.shape[1] - 1)
-    return tok
+def _draw_cdf(z: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw from softmax(z) for every row (one uniform each, from the current
+    torch RNG). The cumulative sum is taken in fp64, so u * total < total and the first
+    index whose cumulative mass exceeds it always has p > 0: a token outside the kept set
+    (p = 0) can never be drawn."""
+    if z.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=z.device)
+    cdf = torch.softmax(z, -1).double().cumsum_(-1)
+    u = torch.rand(z.shape[0], 1, dtype=torch.float64, device=z.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=z.shape[1] - 1)

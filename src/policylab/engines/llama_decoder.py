@@ -124,10 +124,19 @@ class LlamaDecoder:
                            device=device)
 
     def compact(self, cache: torch.Tensor, keep: torch.Tensor, filled: int) -> torch.Tensor:
-        """A cache holding only the rows `keep`; only the `filled` written columns are copied."""
-        new = torch.empty(cache.shape[:2] + (keep.numel(),) + cache.shape[3:], dtype=cache.dtype, device=cache.device)
-        new[..., :filled, :] = cache[:, :, keep, :, :filled]
-        return new
+        """The cache holding only the rows `keep` (ascending), compacted in place: row
+        keep[j] moves to row j of the same buffer (keep[j] >= j, and each layer's rows are
+        gathered before they are written), only the `filled` written columns are moved, and
+        the result is a view of the first len(keep) rows. No new cache is allocated (the
+        buffer stays the one `new_cache` made, one contiguous block per layer and row), so
+        compacting costs a copy of the live rows, not a fresh allocation of the whole cache
+        next to the old one."""
+        n = keep.numel()
+        if n == cache.shape[2]:
+            return cache
+        for layer in range(cache.shape[1]):  # one layer at a time: the gathered temporary is 1/layers of the cache
+            cache[:, layer, :n, :, :filled] = cache[:, layer, keep, :, :filled]
+        return cache[:, :, :n]
 
     def _rope(self, pos: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [..., head_dim] for integer positions `pos` (LlamaRotaryEmbedding)."""
