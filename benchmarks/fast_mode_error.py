@@ -141,7 +141,7 @@ def to_markdown(r: dict, command: str) -> str:
     lines = [
         "# Fast mode: log-prob error against the fp32 trainer (SmolLM2-135M-Instruct, CPU)", "",
         f"Command: `{command}`; {s['batches']} batches of {s['prompts']} prompts x {s['group']} samples, "
-        f"<= {s['max_new_tokens']} new tokens, T = 1. Machine: {r['machine']}; CPU: {r['cpu']}; "
+        f"<= {s['max_new_tokens']} new tokens, T = 1. Machine: {r['machine']}; "
         f"{r['threads']} threads; load average {r['load_avg']} (no timing here: the numbers do not depend on load).",
         "", "## Sampling engines: behavior μ vs the fp32 trainer's π_old on the same tokens", "",
         "| engine | tokens | mean abs Δlogp | max abs Δlogp | abs(k − 1) > 0.2 | TIS capped (k > 2) | "

@@ -19,16 +19,18 @@ What the setting does, and only this:
   ratio in fp32 (conventions rule 13).
 
 Why TIS and not IcePop. At the mismatch this engine produces on the embedded model
-(benchmarks/results/offpolicy.md: engine ratios within [0.63, 1.42] over a run, mean
-|Δlog p| ≈ 0.05) both are nearly inert: TIS caps 0.03% of tokens at C = 2, IcePop's
-band [0.5, 5] zeros 0.07%. TIS keeps every token's gradient (a zeroed token is signal
-thrown away, and the normalizer still counts it) and reweights each one toward the
-trainer's distribution, which is the fix its authors propose for exactly this pairing
-(a fast inference engine sampling for an exact trainer: "Your Efficient RL Framework
-Secretly Brings You Off-Policy RL Training", Yao, Liu et al.). IcePop's hard band is
-built for the rare, large engine ratios of MoE routing mismatches (Ring-1T, arXiv
-2510.18855), which a dense 135M model in bf16 does not produce. A bf16 mismatch that grew
-large would show in `correction/tis/frac_capped` (logged every step).
+(benchmarks/results/fast_mode_error.md: mean |Δlog p| 0.036, max 0.39 over 2,866 tokens;
+benchmarks/results/fast_mode_quickstart.md: engine ratios within [0.48, 1.58] over a
+10-step quickstart run) both are nearly inert: TIS truncated 0.02% of the tokens at C = 2,
+and IcePop's band [0.5, 5] would have zeroed a comparable sliver (ratios just below 0.5).
+TIS keeps every token's gradient (a zeroed token is signal thrown away, and the normalizer
+still counts it) and reweights each one toward the trainer's distribution, which is the
+fix its authors propose for exactly this pairing (a fast inference engine sampling for an
+exact trainer: "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training",
+Yao, Liu et al.). IcePop's hard band is built for the rare, large engine ratios of MoE
+routing mismatches (Ring-1T, arXiv 2510.18855), which a dense 135M model in bf16 does not
+produce. A mismatch that grew large would show in `correction/tis/frac_capped` (logged
+every step).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ __all__ = ["FAST_ENGINES", "CORRECTION_WHY", "engine_corrections", "pair_correct
 FAST_ENGINES = ("fast-bf16",)
 
 CORRECTION_WHY = ("fast-bf16 samples with another engine than the fp32 trainer; TIS keeps every token and reweights "
-                  "it by the truncated engine ratio (at this engine's measured mismatch, ratios in [0.63, 1.42], "
-                  "IcePop's band would only discard tokens)")
+                  "it by the truncated engine ratio (at this engine's measured mismatch, mean |Δlog p| 0.036, ratios "
+                  "in [0.48, 1.58], IcePop's band would only discard tokens)")
 
 _TIS_CAP = Param("tis_cap", float, 2.0, "fast mode: truncation C of the engine ratio π_old/μ (upper only)",
                  check=positive)
