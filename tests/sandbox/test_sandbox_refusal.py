@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from policylab.sandbox import runner as sb
+from policylab.sandbox.process import leftovers
 from policylab.trainer.config import TaskConfig
 
 from trainer_utils import tiny_config
@@ -29,7 +30,7 @@ def no_network_namespace(monkeypatch):
     def never(*a, **k):
         raise AssertionError("a candidate process was started although a required wall is missing")
 
-    monkeypatch.setattr(sb, "_spawn", never)
+    monkeypatch.setattr(sb, "spawn", never)
 
 
 def test_missing_walls_are_refused_unless_the_user_gives_them_up(monkeypatch):
@@ -87,7 +88,7 @@ def test_leftover_processes_of_a_session_are_found_and_killed():
     # the process-count check behind RLIMIT_NPROC: anything left in the candidate's session is killed
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        found = sb._leftovers(p.pid, -1)
+        found = leftovers(p.pid, -1)
         assert p.pid in found
         p.wait(timeout=10)
         assert p.returncode == -signal.SIGKILL

@@ -54,7 +54,7 @@ def build_engine(model, tokenizer, rollout):
     FastEngine keeps a bf16 weight copy (re-synced when the weights change), HFEngine
     runs under bf16 autocast; either way a behavior engine that differs from training.
     engine_dtype "int8" / "int4": FastEngine with a weight-quantized copy (FastEngine only).
-    "fast-bf16" (the fast mode, `backends.fast_mode`): FastEngine with a bf16 copy, only on
+    "fast-bf16" (the fast mode, `methods.fast_mode`): FastEngine with a bf16 copy, only on
     a CPU with native bf16 (`engines.cpu.fast_dtype` refuses elsewhere)."""
     from policylab.engines.fast import FastEngine, UnsupportedModel
     from policylab.engines.hf import HFEngine

@@ -51,162 +51,28 @@ may not read it at all: the modules it may import are preloaded before the drop,
 from __future__ import annotations
 
 import json
-import os
-import random
-import select
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from policylab.errors import PolicylabError
+from policylab.sandbox.host import sandbox_uid
+from policylab.sandbox.policy import (
+    CHILD,
+    STATUSES,
+    SandboxLimits,
+    SandboxPolicy,
+    SandboxResult,
+    SandboxUnavailable,
+)
+from policylab.sandbox.process import (
+    clean_env,
+    process_cpu_ns,
+    spawn,
+)
 
-CHILD = Path(__file__).with_name("child.py")
-STATUSES = ("ok", "timeout", "cpu_limit", "memory", "output_limit", "violation", "forked", "isolation_failed",
-            "error")
-
-
-class SandboxUnavailable(PolicylabError):
-    """A wall the policy requires cannot be put up on this machine."""
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Per-candidate limits. cpu_seconds: CPU time (rounded up to whole seconds);
-    memory_mb: address space; wall_seconds: real time before the process group is killed;
-    output_bytes: the largest file it may write (stdout, stderr, files in its directory)
-    and the largest answer it may send for one call; open_files: file descriptors;
-    scratch_bytes / scratch_files: the size of its directory (a tmpfs) and how many files
-    and directories it may hold."""
-
-    cpu_seconds: float = 2.0
-    memory_mb: int = 512
-    wall_seconds: float = 10.0
-    output_bytes: int = 1_000_000
-    open_files: int = 64
-    scratch_bytes: int = 16 * 1024 * 1024
-    scratch_files: int = 256
-
-    def __post_init__(self):
-        for name in ("cpu_seconds", "memory_mb", "wall_seconds", "output_bytes", "open_files", "scratch_bytes",
-                     "scratch_files"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise PolicylabError(f"sandbox limit `{name}` must be a number > 0, got {v!r}")
-        if self.memory_mb < 64:
-            raise PolicylabError(f"sandbox limit `memory_mb` must be >= 64 (the interpreter itself), got {self.memory_mb}")
-
-
-@dataclass(frozen=True)
-class SandboxPolicy:
-    """The limits and the walls the user allows to be missing (both off: every wall required)."""
-
-    limits: SandboxLimits = field(default_factory=SandboxLimits)
-    without_network_isolation: bool = False
-    without_filesystem_isolation: bool = False
-
-    def required(self) -> str:
-        return ",".join(w for w, off in (("net", self.without_network_isolation),
-                                          ("fs", self.without_filesystem_isolation)) if not off)
-
-
-@dataclass
-class SandboxResult:
-    """What one candidate's process did. `status` is one of STATUSES; `report` is what
-    the parent gathered (return values and errors of `run_job`'s calls) or the child's own
-    final report (a violation, an isolation failure) when the process got that far."""
-
-    status: str
-    returncode: int | None
-    wall_seconds: float
-    stdout: str = ""
-    stderr: str = ""
-    report: dict | None = None
-    detail: str = ""
-
-    @property
-    def ran(self) -> bool:
-        """The candidate ran to the end of the harness (its own tests may still have failed)."""
-        return self.status == "ok" and self.report is not None and self.report.get("stage") == "ok"
-
-
-# ----------------------------------------------------------------------------- uid
-def _mapped(uid: int) -> bool:
-    try:
-        rows = Path("/proc/self/uid_map").read_text().split("\n")
-    except OSError:
-        return False
-    for row in rows:
-        parts = row.split()
-        if len(parts) == 3:
-            inside, _, count = map(int, parts)
-            if inside <= uid < inside + count:
-                return True
-    return False
-
-
-def sandbox_uid() -> int:
-    """An unprivileged uid for one candidate when running as root: a random uid in
-    [200000, 299999] that the user namespace maps, that no passwd entry names and that no
-    process uses (so RLIMIT_NPROC = 1 means exactly this process); -1 when not root."""
-    if os.geteuid() != 0:
-        return -1
-    import pwd
-
-    rng = random.SystemRandom()
-    for _ in range(100):
-        uid = rng.randrange(200_000, 300_000)
-        if not _mapped(uid):
-            continue
-        try:
-            pwd.getpwuid(uid)
-            continue
-        except KeyError:
-            pass
-        if not _processes_of(uid):
-            return uid
-    raise SandboxUnavailable("no free unprivileged uid in [200000, 300000) for the sandbox")
-
-
-def _proc_status(pid: str) -> dict:
-    out = {}
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            k, _, v = line.partition(":")
-            out[k] = v.strip()
-    except OSError:
-        pass
-    return out
-
-
-def _processes_of(uid: int) -> list[int]:
-    pids = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            st = _proc_status(p)
-            if st.get("Uid", "").split()[:1] == [str(uid)]:
-                pids.append(int(p))
-    return pids
-
-
-def _session_members(sid: int) -> list[int]:
-    out = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and int(fields[3]) == sid:  # field 6 of stat: the session id
-            out.append(int(p))
-    return out
+__all__ = ["CHILD", "STATUSES", "SandboxLimits", "SandboxPolicy", "SandboxResult", "SandboxUnavailable",
+           "check_available", "probe", "sandbox_uid", "Session", "Call", "run_job", "clean_env", "canonical_text",
+           "process_cpu_ns"]
 
 
 # ----------------------------------------------------------------------------- probe
@@ -218,7 +84,7 @@ def probe() -> dict:
     bool, "privilege_drop": bool | None (None: not root, nothing to drop), "detail": {...}}."""
     global _PROBE
     if _PROBE is None:
-        res = _spawn({"probe": True, "limits": asdict(SandboxLimits())}, SandboxPolicy(
+        res = spawn({"probe": True, "limits": asdict(SandboxLimits())}, SandboxPolicy(
             without_network_isolation=True, without_filesystem_isolation=True)).finish()
         rep = res.report or {}
         walls = rep.get("walls") or {}
@@ -251,26 +117,11 @@ def check_available(policy: SandboxPolicy) -> dict:
 
 
 # ----------------------------------------------------------------------------- run
-def clean_env(home: str) -> dict:
-    """The whole environment of a candidate: nothing from the trainer's."""
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home,
-            "PYTHONHASHSEED": "0"}
-
-
 def canonical_text(value: Any) -> str:
     """The JSON text outputs are compared by (type-strict: `child.canon`, keys sorted)."""
     from policylab.sandbox.child import canon
 
     return json.dumps(canon(value), sort_keys=True, separators=(",", ":"))
-
-
-def process_cpu_ns(pid: int) -> int | None:
-    """The CPU time (ns, all threads) process `pid` has used so far, read from the kernel
-    (its process CPU clock, MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)); None when it is gone."""
-    try:
-        return time.clock_gettime_ns(((~pid) << 3) | 2)
-    except OSError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -299,7 +150,7 @@ class Session:
             check_available(policy)
         if not isinstance(source, str) or not isinstance(entry, str):
             raise PolicylabError("a sandbox session needs the source and the function name as str")
-        self._proc = _spawn({"source": source, "entry": entry, "audit_hook": bool(audit_hook),
+        self._proc = spawn({"source": source, "entry": entry, "audit_hook": bool(audit_hook),
                              "preload": list(preload), "limits": asdict(policy.limits)}, policy)
         self.load_stage: str | None = None
         self.load_detail = ""
@@ -388,220 +239,3 @@ def run_job(job: dict, policy: SandboxPolicy) -> SandboxResult:
         else:
             res.status, res.detail = "error", "the session ended before every call was answered"
     return res
-
-
-class _Process:
-    """The parent's side of one child: the pipes, the deadline, the end."""
-
-    def __init__(self, job: dict, policy: SandboxPolicy):
-        lim = policy.limits
-        self.limits = lim
-        self.uid = sandbox_uid()
-        self.box = tempfile.mkdtemp(prefix="policylab-sandbox-")
-        # the parent's: stdout, stderr and the final report, never writable by the candidate by path
-        self.side = tempfile.mkdtemp(prefix="policylab-sandbox-io-")
-        self.problem: tuple[str, str] | None = None
-        self.ready, self.ready_cpu, self.result = False, None, None
-        self._buf = b""
-        os.chmod(self.box, 0o700)
-        Path(self.box, "job.json").write_text(json.dumps(job))
-        if self.uid >= 0:
-            os.chown(self.box, self.uid, self.uid)
-        self.out = open(os.path.join(self.side, "stdout"), "w+b")
-        self.err = open(os.path.join(self.side, "stderr"), "w+b")
-        self.rep = open(os.path.join(self.side, "report"), "w+b")
-        req_r, self.req = os.pipe()
-        self.resp, resp_w = os.pipe()
-        os.set_blocking(self.req, False)
-        self.t0 = time.perf_counter()
-        self.deadline = time.monotonic() + float(lim.wall_seconds)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", str(CHILD), self.box, str(self.rep.fileno()), str(req_r),
-                 str(resp_w), str(self.uid), policy.required()],
-                cwd=self.box, env=clean_env(self.box), stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
-                pass_fds=(self.rep.fileno(), req_r, resp_w), start_new_session=True, close_fds=True)
-        finally:
-            os.close(req_r)
-            os.close(resp_w)
-        self.pid = self.proc.pid
-        if not job.get("probe"):
-            hello = self._read_line()
-            if hello is not None:
-                try:
-                    ok = json.loads(hello) == {"stage": "ready"}
-                except ValueError:
-                    ok = False
-                if ok:
-                    self.ready, self.ready_cpu = True, process_cpu_ns(self.pid)
-                else:
-                    self.fail("violation", "malformed ready line")
-
-    # ---- the pipe ---------------------------------------------------------------------
-    def fail(self, status: str, detail: str) -> None:
-        if self.problem is None:
-            self.problem = (status, detail)
-        _kill_group(self.pid)
-
-    def _read_line(self) -> bytes | None:
-        limit = int(self.limits.output_bytes) + 4096
-        while b"\n" not in self._buf:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                self.fail("timeout", "wall-clock limit")
-                return None
-            r, _, _ = select.select([self.resp], [], [], remaining)
-            if not r:
-                continue
-            chunk = os.read(self.resp, 1 << 16)
-            if not chunk:  # the process ended (its report says why)
-                return None
-            self._buf += chunk
-            if len(self._buf) > limit:
-                self.fail("output_limit", f"an answer longer than {limit} bytes")
-                return None
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def _unsolicited(self) -> bool:
-        """Did the child write before it was asked (an answer nobody requested)?"""
-        if self._buf:
-            return True
-        r, _, _ = select.select([self.resp], [], [], 0)
-        if r:
-            chunk = os.read(self.resp, 1 << 16)
-            self._buf += chunk
-            return bool(chunk)
-        return False
-
-    def request(self, obj: dict) -> Any:
-        """Write one request, read one answer (parsed JSON); None when the session failed."""
-        if self.problem is not None:
-            return None
-        if self._unsolicited():
-            self.fail("violation", "the candidate wrote an answer before it was asked")
-            return None
-        view = memoryview(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-        while view:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                self.fail("timeout", "wall-clock limit")
-                return None
-            _, w, _ = select.select([], [self.req], [], remaining)
-            if not w:
-                continue
-            try:
-                n = os.write(self.req, view)
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, OSError):
-                return None
-            view = view[n:]
-        line = self._read_line()
-        if line is None:
-            return None
-        try:
-            return json.loads(line)
-        except ValueError:
-            self.fail("violation", "an answer that is not JSON")
-            return None
-
-    # ---- the end ----------------------------------------------------------------------
-    def finish(self) -> SandboxResult:
-        if self.result is not None:
-            return self.result
-        try:
-            try:
-                os.close(self.req)  # end of requests: a well-behaved child exits 0
-            except OSError:
-                pass
-            timed_out = self.problem is not None and self.problem[0] == "timeout"
-            try:
-                self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()) + 0.05)
-            except subprocess.TimeoutExpired:
-                if self.problem is None:
-                    self.problem, timed_out = ("timeout", "wall-clock limit"), True
-                _kill_group(self.pid)
-                self.proc.wait()
-            wall = time.perf_counter() - self.t0
-            leftover = _leftovers(self.pid, self.uid)
-            lim = self.limits
-            for f in (self.out, self.err, self.rep):
-                f.flush()
-                f.seek(0)
-            stdout = self.out.read(lim.output_bytes).decode(errors="replace")
-            stderr = self.err.read(lim.output_bytes).decode(errors="replace")
-            raw = self.rep.read()
-            report = None
-            if raw:
-                try:
-                    report = json.loads(raw.decode())
-                except (ValueError, UnicodeDecodeError):
-                    report = None
-            status, detail = _status(self.proc.returncode, timed_out, leftover, report)
-            rc = self.proc.returncode
-            if self.problem is not None and status != "forked" and rc not in (70, 71, -signal.SIGXCPU):
-                status, detail = self.problem  # what the parent saw (and then killed it for)
-            self.result = SandboxResult(status, self.proc.returncode, wall, stdout, stderr, report, detail)
-            return self.result
-        finally:
-            for f in (self.out, self.err, self.rep):
-                f.close()
-            try:
-                os.close(self.resp)
-            except OSError:
-                pass
-            shutil.rmtree(self.box, ignore_errors=True)
-            shutil.rmtree(self.side, ignore_errors=True)
-
-
-def _spawn(job: dict, policy: SandboxPolicy) -> _Process:
-    return _Process(job, policy)
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _leftovers(sid: int, uid: int) -> list[int]:
-    """Processes the candidate left behind (in its session, or under its uid): killed;
-    their pids returned. The process-count check behind RLIMIT_NPROC."""
-    found = set(_session_members(sid))
-    if uid >= 0:
-        found |= set(_processes_of(uid))
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    _kill_group(sid)
-    return sorted(found)
-
-
-def _status(rc: int | None, timed_out: bool, leftover: list[int], report: dict | None) -> tuple[str, str]:
-    stage = (report or {}).get("stage")
-    if leftover:
-        return "forked", f"processes left behind: {leftover}"
-    if timed_out:
-        return "timeout", "wall-clock limit"
-    if rc == 70 or stage == "violation":
-        return "violation", f"{(report or {}).get('violation')}: {(report or {}).get('detail', '')}"
-    if rc == 71 or stage == "memory":
-        return "memory", "MemoryError under the address-space limit"
-    if rc == 72 or stage == "isolation_failed":
-        return "isolation_failed", str((report or {}).get("detail"))
-    if rc == 74:
-        return "output_limit", "stdout/stderr beyond the file-size limit"
-    if rc is not None and rc < 0:
-        sig = -rc
-        if sig in (signal.SIGXCPU, signal.SIGKILL):
-            return "cpu_limit", f"signal {signal.Signals(sig).name}"
-        if sig == signal.SIGXFSZ:
-            return "output_limit", "file size limit"
-        return "error", f"killed by signal {signal.Signals(sig).name}"
-    if rc == 0 and report is not None:
-        return "ok", ""
-    return "error", f"exit code {rc}; report stage {stage!r}"

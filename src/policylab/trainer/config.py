@@ -31,7 +31,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampler temperature; logprobs use the same transform
     top_p: float = 1.0  # nucleus sampling; 1.0 = off
     top_k: int = 0  # top-k sampling; 0 = off
-    engine: str = "auto"  # auto (fast when the model is Llama-architecture, else hf) | fast (own decode loop) | hf (HF generate) | fast-bf16 (the fast mode: bf16 sampler + TIS correction, policylab.backends.fast_mode)
+    engine: str = "auto"  # auto (fast when the model is Llama-architecture, else hf) | fast (own decode loop) | hf (HF generate) | fast-bf16 (the fast mode: bf16 sampler + TIS correction, policylab.methods.fast_mode)
     engine_dtype: str = "fp32"  # fp32 | bf16 | int8 | int4: anything but fp32 makes the behavior engine differ from training (real mismatch); int8 / int4 sample from weight-quantized copies (FastEngine)
     engine_quant_group: int = 32  # int8 / int4 engines: input weights sharing one scale per output row (0 = one scale per row)
     max_refill_rounds: int = 4  # dynamic sampling: extra generation rounds before training a smaller batch

@@ -23,7 +23,7 @@ import torch
 from policylab import methods
 from policylab.backends import require_capabilities
 from policylab.backends.build import build_local
-from policylab.backends.fast_mode import pair_correction
+from policylab.methods.fast_mode import pair_correction
 from policylab.backends.update import StepHooks
 from policylab.batch import RolloutBatch
 from policylab.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint

@@ -1,4 +1,4 @@
-"""The fast mode (`rollout.engine: fast-bf16`, policylab.backends.fast_mode): one setting
+"""The fast mode (`rollout.engine: fast-bf16`, policylab.methods.fast_mode): one setting
 samples with the bf16 FastEngine, records its log-probs as μ and pairs the method with TIS
 on the engine ratio; refused on a CPU without native bf16 (CPU flags monkeypatched)."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from policylab import methods
-from policylab.backends.fast_mode import CORRECTION_WHY, pair_correction
+from policylab.methods.fast_mode import CORRECTION_WHY, pair_correction
 from policylab.engines import cpu
 from policylab.errors import ConfigError
 from policylab.methods.loss import policy_loss, tensor_inputs
