@@ -125,6 +125,7 @@ def test_reward_module_of_a_received_run_is_named_and_refused(trained_run, tmp_p
         "def reward(responses, answers, **kw):\n    return [0.0] * len(responses)\n")
     cfg_text = (run / "config.yaml").read_text().replace("trainer_utils:parity_reward", "evil_reward:reward")
     (run / "config.yaml").write_text(cfg_text)
+    _record_in_manifests(run, "task.reward", "evil_reward:reward")  # as if the run had been trained with it
     before = fingerprint(run)
     pypath = f"{mods}{os.pathsep}{Path(__file__).parent}"
     for args in (["eval", run, "--n", "2"], ["resume", run, "--set", "train.steps=3"]):
@@ -137,6 +138,17 @@ def test_reward_module_of_a_received_run_is_named_and_refused(trained_run, tmp_p
     assert res.returncode == 0, res.stderr[-2000:]
     assert "imports: evil_reward (task.reward = 'evil_reward:reward')" in res.stderr
     assert marker.exists()
+
+
+def _record_in_manifests(run: Path, key: str, value) -> None:
+    """Every checkpoint's manifest records `key` = `value` (a run that was trained so)."""
+    from policylab.trainer.checkpoint import config_digest
+
+    for m in (run / "checkpoints").glob("step_*/manifest.json"):
+        doc = json.loads(m.read_text())
+        doc["config"][key] = value
+        doc["config_sha256"] = config_digest(doc["config"])
+        m.write_text(json.dumps(doc))
 
 
 def test_train_names_the_modules_its_own_config_imports(trained_run):

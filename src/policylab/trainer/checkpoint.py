@@ -389,7 +389,7 @@ def write_manifest(ckpt_dir: Path, step: int, config: dict | None) -> Path:
 
     files = {}
     for f in sorted(ckpt_dir.iterdir()):
-        if f.is_file() and f.name != MANIFEST_NAME:
+        if f.is_file() and f.name not in (MANIFEST_NAME, LEGACY_STATE):  # state.pt is never read again
             files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
             if f.name.endswith(".safetensors"):
                 files[f.name]["tensors"] = _tensor_table(f)

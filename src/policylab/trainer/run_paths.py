@@ -209,7 +209,15 @@ class RunLock:
 
         path = guard(self.run_dir, LOCK_NAME)
         for _ in range(5):
-            fd = _open_fd(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = _open_fd(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                from policylab.errors import RunDirError
+
+                raise RunDirError(f"run directory {self.run_dir} cannot be written ({exc.strerror}: {path}); nothing "
+                                  "was trained. Choose a writable run_dir (--set run_dir=...)") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
