@@ -232,6 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--verl-python", default=str(ROOT / ".venv-verl" / "bin" / "python"))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test run")
     ap.add_argument("--out", default=str(RESULTS), help="result path without suffix ('' = print only)")
+    ap.add_argument("--update", action="store_true",
+                    help="replace only the re-run mutations' rows in the existing result (each row keeps its commit)")
     a = ap.parse_args(argv)
     if a.list:
         for m in MUTATIONS:
