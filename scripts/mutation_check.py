@@ -141,7 +141,7 @@ MUTATIONS: tuple[Mutation, ...] = (
       "ERILS pools the sources instead of normalizing per source"),
     M("exact_old_unchecked", "stage", "src/policylab/methods/stages/rounds.py",
       "    corr.require_exact_old(old, beh)\n", "    pass\n",
-      ("tests/trainer/test_trainer_offpolicy.py",),
+      (K + "test_missing_old_logits_refuses_old_log_probs_of_other_weights",),
       "missing_old_logits no longer checks that π_old is the trainer at the sampling version"),
     # ------------------------------------------------------------------ the update and its guards
     M("entropy_always_detached", "guard", "src/policylab/backends/update.py",
@@ -232,6 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--verl-python", default=str(ROOT / ".venv-verl" / "bin" / "python"))
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test run")
     ap.add_argument("--out", default=str(RESULTS), help="result path without suffix ('' = print only)")
+    ap.add_argument("--update", action="store_true",
+                    help="replace only the re-run mutations' rows in the existing result (each row keeps its commit)")
     a = ap.parse_args(argv)
     if a.list:
         for m in MUTATIONS:
@@ -266,7 +268,8 @@ def main(argv=None) -> int:
             baseline[kind] = "pass"
         for m in chosen:
             if baseline.get(m.python) == "missing":
-                results.append({**_row(m), "status": "skipped", "seconds": 0.0, "detail": f"{m.python} venv missing"})
+                results.append({**_row(m), "status": "skipped", "seconds": 0.0, "commit": commit,
+                                "detail": f"{m.python} venv missing"})
                 continue
             f = tree / m.file
             original = f.read_text()
@@ -276,9 +279,16 @@ def main(argv=None) -> int:
             finally:
                 f.write_text(original)
             status = {0: "survived", 1: "killed"}.get(rc, "error")
-            results.append({**_row(m), "status": status, "seconds": round(secs, 1), "detail": tail.splitlines()[-1]
-                            if tail else ""})
+            results.append({**_row(m), "status": status, "seconds": round(secs, 1), "commit": commit,
+                            "detail": tail.splitlines()[-1] if tail else ""})
             print(f"{status:9s} {m.id:32s} {secs:5.0f}s", flush=True)
+    if a.update and a.out and Path(a.out).with_suffix(".json").exists():
+        old = json.loads(Path(a.out).with_suffix(".json").read_text())
+        fresh = {r["id"]: r for r in results}
+        order = [m.id for m in MUTATIONS]
+        kept = [{"commit": old["commit"], **r} for r in old["mutations"] if r["id"] not in fresh and r["id"] in order]
+        results = sorted(kept + results, key=lambda r: order.index(r["id"]))
+        commit = f"{old['commit']} (rows re-run at {commit} say so)"
     summary = {s: sum(r["status"] == s for r in results) for s in ("killed", "survived", "error", "skipped")}
     report = {"commit": commit, "date": time.strftime("%Y-%m-%d"), "host_cpu_features": cpu_features(),
               "python": platform.python_version(), "summary": summary, "mutations": results}
@@ -312,10 +322,11 @@ def _markdown(r: dict) -> str:
              f"Commit {r['commit']}, {r['date']}, CPU features: {r['host_cpu_features']}, Python {r['python']}.", "",
              f"**{s['killed']} killed, {s['survived']} survived, {s['error']} errors, {s['skipped']} skipped** "
              f"of {len(r['mutations'])} mutations.", "",
-             "| mutation | area | status | what | tests that must fail |", "|---|---|---|---|---|"]
+             "`kills::` is tests/test_mutation_kills.py.", "",
+             "| mutation | area | status | what | tests that must fail | commit |", "|---|---|---|---|---|---|"]
     for m in r["mutations"]:
         tests = "<br>".join(t.replace("tests/test_mutation_kills.py::", "kills::") for t in m["tests"])
-        lines.append(f"| `{m['id']}` | {m['area']} | {m['status']} | {m['what']} | {tests} |")
+        lines.append(f"| `{m['id']}` | {m['area']} | {m['status']} | {m['what']} | {tests} | {m.get('commit', '')} |")
     return "\n".join(lines) + "\n"
 
 

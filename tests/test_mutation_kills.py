@@ -214,6 +214,26 @@ def test_erils_normalizes_within_each_source_of_a_group():
     torch.testing.assert_close(got.double(), torch.tensor([n, -n, e, -e], dtype=F64), rtol=1e-9, atol=1e-12)
 
 
+def test_missing_old_logits_refuses_old_log_probs_of_other_weights(tiny_model_dir, tmp_path):
+    # π_old must be the trainer at exactly the version that sampled: a batch whose old-
+    # logprob pass is recorded as another version, or not recorded at all, is refused
+    # before the round's advantages (the round stage's check, not only the kernel's)
+    from policylab.errors import MissingQuantityError
+
+    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "m", method="missing_old_logits", method_params={},
+                             rollout={"engine_dtype": "int8", "group_size": 2}))
+    batch = tr.prepare(tr.collect()[0])
+    v = int(torch.as_tensor(batch.extras["logp_old_version"]).reshape(-1)[0])
+    assert v == int(batch.policy_version[0])
+    tr.round_inputs(batch)  # the exact old pass: accepted
+    other = batch.replace(extras={**batch.extras, "logp_old_version": torch.tensor(v + 1)})
+    with pytest.raises(MissingQuantityError, match="tagged version 1 but .* sampled at version 0"):
+        tr.round_inputs(other)
+    unrecorded = batch.replace(extras={k: x for k, x in batch.extras.items() if k != "logp_old_version"})
+    with pytest.raises(PolicylabError, match="does not record which weights computed logp_old"):
+        tr.round_inputs(unrecorded)
+
+
 # ----------------------------------------------------------------------------- the update
 
 

@@ -7,9 +7,12 @@ draw near it picks the neighbouring token (the rest of that reply then differs).
 seed on the same kind of host draws the same stream, so the base accuracy is a property
 of (code, seed, CPU feature set).
 
-This test pins that stream on the tiny random model: the trainer's own evaluation path
+This test pins that stream on a tiny random model: the trainer's own evaluation path
 (`Trainer.evaluate`: the quickstart's sampler, temperature 1, its seed rule), 8 prompts,
-8 new tokens. `eval_fingerprint.json` holds, per `torch.backends.cpu.get_cpu_capability()`,
+8 new tokens. The random model's end-of-reply token is made likely (its tied embedding
+row scaled up), so replies end at different lengths and the engine's path for finished
+rows (dropping them from the batch, the draws of the rows still running) is in the
+stream, as it is for the real model, whose replies end after a few tokens. `eval_fingerprint.json` holds, per `torch.backends.cpu.get_cpu_capability()`,
 the sha256 of the sampled token ids (and the first two replies in clear, to read a diff),
 plus the README's quickstart base figure that was measured with that stream on that kind
 of host. When code changes the stream (the sampler, the evaluation's seed, the prompt
@@ -63,7 +66,25 @@ def eval_stream(model_dir, run_dir) -> dict:
     tr.engine.generate = recording
     res = tr.evaluate("base")
     return {"sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(), "first_rows": rows[:2],
-            "n_rows": len(rows), "accuracy": res["accuracy"]}
+            "rows": rows, "n_rows": len(rows), "accuracy": res["accuracy"]}
+
+
+@pytest.fixture(scope="module")
+def eos_model_dir(tmp_path_factory, tokenizer):
+    """tiny_llama(tokenizer, seed 0) whose end-of-reply token gets a large random output row
+    (tied embedding; it is the padding row, 0 in tiny_llama): entries N(0, 4²), so its
+    logit has std ~30 against log(vocab) ~ 11, and about a third of the draws end the reply."""
+    from policylab.models import loading as models
+
+    model = models.tiny_llama(tokenizer)
+    emb = model.get_input_embeddings().weight
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        emb[tokenizer.eos_token_id] = 4.0 * torch.randn(emb.shape[1], generator=g)
+    path = tmp_path_factory.mktemp("eos-model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 def _recorded() -> dict:
@@ -81,10 +102,12 @@ def _check(cap: str, got: dict) -> None:
         f"got first rows {got['first_rows']}, recorded {want['first_rows']}")
 
 
-def test_eval_stream_is_the_recorded_one_on_this_host(tiny_model_dir, tmp_path):
+def test_eval_stream_is_the_recorded_one_on_this_host(eos_model_dir, tmp_path):
     cap = torch.backends.cpu.get_cpu_capability()
-    got = eval_stream(tiny_model_dir, tmp_path / "run")
+    got = eval_stream(eos_model_dir, tmp_path / "run")
     assert got["n_rows"] == 8
+    lengths = [len(r) for r in got["rows"]]
+    assert min(lengths) < 8 and max(lengths) > 1, f"the stream should have replies of several lengths: {lengths}"
     if RECORD:
         rec = _recorded()
         rec[cap] = {**{k: got[k] for k in ("sha256", "first_rows")}, "readme_base": None}
@@ -98,13 +121,13 @@ _RUN = ("import sys, json, torch; sys.path[:0] = sys.argv[3:]; from test_eval_fi
         "**eval_stream(sys.argv[1], Path(sys.argv[2]))}))")
 
 
-def test_eval_stream_on_the_avx2_kernels(tiny_model_dir, tmp_path):
+def test_eval_stream_on_the_avx2_kernels(eos_model_dir, tmp_path):
     native = torch.backends.cpu.get_cpu_capability()
     if native not in ("AVX512", "AVX512_BF16", "AMX"):
         pytest.skip(f"the AVX2 switches apply to x86 CPUs with AVX-512; this one runs {native} kernels natively")
     here = Path(__file__).resolve().parent
     env = {k: v for k, v in os.environ.items() if k != "POLICYLAB_RECORD_FINGERPRINT"} | AVX2
-    proc = subprocess.run([sys.executable, "-c", _RUN, str(tiny_model_dir), str(tmp_path / "run"), str(here),
+    proc = subprocess.run([sys.executable, "-c", _RUN, str(eos_model_dir), str(tmp_path / "run"), str(here),
                            str(here.parent)], env=env, capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("STREAM ")), None)
     assert proc.returncode == 0 and line, (proc.stdout + proc.stderr)[-3000:]
