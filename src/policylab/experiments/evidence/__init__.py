@@ -75,7 +75,6 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
 
     console = console or Console()
     mechs = requested(names, all_methods)
-    state = _state(settings.out_dir)
     command = command or "policylab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not report_only:
         arms, refused, plans = build_plans([m for m in mechs if m.measurable], settings)
@@ -83,6 +82,7 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
             _show(console, mechs, arms, refused, plans)
             return {}
         settings.out_dir.mkdir(parents=True, exist_ok=True)
+        state = _state(settings.out_dir)  # read just before writing: parts may run side by side (other seeds)
         if command not in state["commands"]:
             state["commands"].append(command)
         (settings.out_dir / _STATE).write_text(json.dumps(state, indent=2))
@@ -103,7 +103,7 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
     every = [MECHANISMS[n] for n in methods.names() if n in MECHANISMS]
     # which methods cannot run on their task at these settings (checked for every method, nothing run)
     refused = build_plans([m for m in every if m.measurable], settings)[1]
-    table = build_table(every, refused, settings, state["commands"] or [command])
+    table = build_table(every, refused, settings, _state(settings.out_dir)["commands"] or [command])
     to = report_dir or settings.out_dir
     write_table(table, to)
     console.print(f"evidence table: {to / 'evidence.md'}, {to / 'evidence.json'} "
