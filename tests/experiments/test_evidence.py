@@ -286,3 +286,12 @@ def test_a_method_its_task_cannot_evaluate_is_refused_without_stopping_the_other
     assert set(arms) == {"gspo"} and set(plans) == {"gspo"}
     assert [(r.label, r.seed) for r in plans["gspo"].runs] == [(lab, s) for lab in ("gspo", "grpo") for s in (0, 1, 2)]
     assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_the_mechanisms_own_settings_win_over_the_commands_set(tmp_path):
+    s = Settings(out_dir=tmp_path, sets=(("train.minibatches", 2), ("rollout.max_new_tokens", 12)))
+    rloo = shared_run(MECHANISMS["rloo"], s, control=False)
+    assert rloo["train"]["minibatches"] == 1 and rloo["rollout"]["max_new_tokens"] == 12  # REINFORCE: one update
+    assert shared_run(MECHANISMS["gspo"], s, control=False)["train"]["minibatches"] == 2
+    assert shared_run(MECHANISMS["grpo"], Settings(out_dir=tmp_path, sets=(("train.lr", 1e-4),)),
+                      control=True)["train"]["lr"] == 0.0  # the no-update control stays one
