@@ -275,3 +275,23 @@ def test_card_text_of_a_measured_row_hand_worked():
                               "+0.375 ± 0.0125 over 3 seeds (benchmarks/results/evidence.md)")
     assert card_text({"verdict": "not run"}) is None
     assert card_text({"verdict": "not measurable here", "why": "declared"}) is None
+
+
+def test_a_method_its_task_cannot_evaluate_is_refused_without_stopping_the_others(tmp_path):
+    from policylab.experiments.evidence.arms import build_plans
+
+    arms, refused, plans = build_plans([MECHANISMS["code_opt"], MECHANISMS["gspo"]], Settings(out_dir=tmp_path))
+    # compare's check: the code task's verifier gives its own reference answers 0, so no base accuracy
+    assert set(refused) == {"code_opt"} and "base accuracy cannot be measured" in refused["code_opt"]
+    assert set(arms) == {"gspo"} and set(plans) == {"gspo"}
+    assert [(r.label, r.seed) for r in plans["gspo"].runs] == [(lab, s) for lab in ("gspo", "grpo") for s in (0, 1, 2)]
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_the_mechanisms_own_settings_win_over_the_commands_set(tmp_path):
+    s = Settings(out_dir=tmp_path, sets=(("train.minibatches", 2), ("rollout.max_new_tokens", 12)))
+    rloo = shared_run(MECHANISMS["rloo"], s, control=False)
+    assert rloo["train"]["minibatches"] == 1 and rloo["rollout"]["max_new_tokens"] == 12  # REINFORCE: one update
+    assert shared_run(MECHANISMS["gspo"], s, control=False)["train"]["minibatches"] == 2
+    assert shared_run(MECHANISMS["grpo"], Settings(out_dir=tmp_path, sets=(("train.lr", 1e-4),)),
+                      control=True)["train"]["lr"] == 0.0  # the no-update control stays one

@@ -41,7 +41,7 @@ from policylab.experiments.compare.running import run_plan
 from policylab.experiments.evidence.arms import Settings, build_plans
 from policylab.experiments.evidence.table import build_table, write_table
 
-_STATE = "evidence_state.json"  # under out_dir: refusals and the commands that ran, across invocations
+_STATE = "evidence_state.json"  # under out_dir: the commands that ran, across invocations
 
 
 def requested(names: list[str], all_methods: bool) -> list:
@@ -62,8 +62,8 @@ def _state(out_dir: Path) -> dict:
     try:
         data = json.loads((out_dir / _STATE).read_text())
     except (OSError, ValueError):
-        return {"refused": {}, "commands": []}
-    return {"refused": dict(data.get("refused", {})), "commands": list(data.get("commands", []))}
+        return {"commands": []}
+    return {"commands": list(data.get("commands", []))}
 
 
 def evidence(names: list[str], settings: Settings, *, all_methods: bool = False, report_dir: Path | None = None,
@@ -75,17 +75,14 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
 
     console = console or Console()
     mechs = requested(names, all_methods)
-    state = _state(settings.out_dir)
     command = command or "policylab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not report_only:
         arms, refused, plans = build_plans([m for m in mechs if m.measurable], settings)
-        for m in mechs:
-            state["refused"].pop(m.method, None)
-        state["refused"].update(refused)
         if plan_only:
             _show(console, mechs, arms, refused, plans)
             return {}
         settings.out_dir.mkdir(parents=True, exist_ok=True)
+        state = _state(settings.out_dir)  # read just before writing: parts may run side by side (other seeds)
         if command not in state["commands"]:
             state["commands"].append(command)
         (settings.out_dir / _STATE).write_text(json.dumps(state, indent=2))
@@ -104,7 +101,9 @@ def evidence(names: list[str], settings: Settings, *, all_methods: bool = False,
     from policylab import methods
 
     every = [MECHANISMS[n] for n in methods.names() if n in MECHANISMS]
-    table = build_table(every, state["refused"], settings, state["commands"] or [command])
+    # which methods cannot run on their task at these settings (checked for every method, nothing run)
+    refused = build_plans([m for m in every if m.measurable], settings)[1]
+    table = build_table(every, refused, settings, _state(settings.out_dir)["commands"] or [command])
     to = report_dir or settings.out_dir
     write_table(table, to)
     console.print(f"evidence table: {to / 'evidence.md'}, {to / 'evidence.json'} "

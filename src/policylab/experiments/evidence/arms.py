@@ -69,7 +69,10 @@ def _set(run: dict, key: str, value) -> None:
 
 
 def shared_run(mech, settings: Settings, *, control: bool) -> dict:
-    """The run config (without method, seed, run_dir) of one arm of `mech`."""
+    """The run config (without method, seed, run_dir) of one arm of `mech`: BASE_RUN, the
+    method's `exercise` settings (its own task replaces the arithmetic one), the command's
+    model, evaluation and --set overrides, then the mechanism's task preset and, for the
+    control, its run overrides (these two win: the measurement depends on them)."""
     from policylab import methods
     from policylab.methods.mechanisms import BASE_RUN, TASKS
 
@@ -80,9 +83,6 @@ def shared_run(mech, settings: Settings, *, control: bool) -> dict:
     if task is not None:
         run["task"] = dict(task)  # the method's own task replaces the arithmetic one
     _merge(run, exercise)
-    _merge(run, copy.deepcopy(TASKS[mech.task]))
-    if control:
-        _merge(run, copy.deepcopy(dict(mech.control_run)))
     run["model"] = settings.model
     new_tokens = run.get("rollout", {}).get("max_new_tokens", 16)
     run["eval"] = {"n": settings.eval_n, "every": 0, "max_new_tokens": new_tokens,
@@ -90,6 +90,11 @@ def shared_run(mech, settings: Settings, *, control: bool) -> dict:
     run["log"] = {"tensorboard": False, "plot_every": 0, "checkpoint_every": max(1, settings.steps // 2)}
     for k, v in settings.sets:
         _set(run, k, v)
+    # what the mechanism's measurement needs wins over the command's --set (e.g. one minibatch for
+    # REINFORCE-style methods, the int4 engine of a correction), and the control's switch last
+    _merge(run, copy.deepcopy(TASKS[mech.task]))
+    if control:
+        _merge(run, copy.deepcopy(dict(mech.control_run)))
     return run
 
 
