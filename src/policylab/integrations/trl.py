@@ -50,6 +50,14 @@ ENGINE = hosting.Engine(
     requires={"logp_behavior": _BEHAVIOR},
     provides={"logp_ref": "TRL's reference model (the trainer sets args.beta to the method's kl_coef, so TRL computes "
                           "the reference log-probs exactly when the KL is in the loss)"},
+    round_hook=("PolicylabGRPOTrainer runs it on each generation batch after TRL has scored it (one process), "
+                "and its loss reads the micro-batch's policylab columns"),
+    batch_fields=frozenset({"tokens", "loss_mask", "rewards", "group", "logp_old", "logp_current", "policy_version",
+                            "batch_id", "logp_ref"}),
+    batch_requires={"logp_behavior": _BEHAVIOR},
+    row_sources={"demonstrations": "a demonstrator's replies", "gold_injection": "gold answers",
+                 "expert_prefix": "expert prefixes continued by the policy", "peer_exchange": "a peer's rollouts",
+                 "external": "an external policy's rollouts", "hinted": "replies sampled under hinted prompts"},
 )
 
 
