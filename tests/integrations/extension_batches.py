@@ -61,7 +61,12 @@ def reference(tr, batch, seed: int = 7):
     g = torch.Generator().manual_seed(seed)
     base = rb.logp_old if rb.logp_old is not None else (rb.logp_behavior if rb.logp_behavior is not None
                                                         else torch.full(rb.loss_mask.shape, -1.0, dtype=torch.float64))
-    logp = (base.double() + 0.2 * torch.randn(base.shape, generator=g, dtype=torch.float64)).clamp(max=-1e-3)
+    # a single on-policy update (no old pass) of a method reading logp_current: the learner's
+    # log-probs then equal logp_current in value (the engine's old pass is that forward)
+    noise = 0.0 if rb.logp_old is None and rb.logp_current is not None else 0.2
+    if noise == 0.0:
+        base = rb.logp_current
+    logp = (base.double() + noise * torch.randn(base.shape, generator=g, dtype=torch.float64)).clamp(max=-1e-3)
     logp = torch.where(rb.loss_mask, logp, torch.zeros((), dtype=torch.float64)).requires_grad_()
     plan = plan_step(m, rb, A.adv, skip_zero_adv=False)
     ent = None

@@ -39,7 +39,7 @@ def _dataproto(tr, batch):
     B, T = mask.shape
     last = (torch.arange(T).expand(B, T) * mask).argmax(-1)
     scores = torch.zeros(B, T, dtype=batch.rewards.dtype)
-    scores[torch.arange(B), last] = batch.rewards.double()
+    scores[torch.arange(B), last] = batch.rewards
     t = {"prompts": batch.tokens[:, :P], "responses": batch.tokens[:, P:], "attention_mask": batch.attention_mask.long(),
          "response_mask": mask.long(), "token_level_scores": scores}
     if batch.logp_old is not None:
@@ -72,7 +72,7 @@ def test_extension_loss_equals_policylab_trainer(name, tiny_model_dir, tmp_path)
     params = {q.name: m.p[q.name] for q in m.params if m.p[q.name] is not None}
     data = _dataproto(tr, batch)
     if "old_log_probs" not in data.batch.keys():  # a single on-policy update: verl's old pass equals logp's value
-        data.batch["old_log_probs"] = logp0.clone()
+        data.batch["old_log_probs"] = logp0.clone() if rb.logp_current is None else rb.logp_current.clone()
     G = max(int((batch.group == g).sum()) for g in batch.group.unique())
     VR.compute_advantage(data, name, params, rollout_n=G, state=state)
     adv = data.batch["advantages"]
