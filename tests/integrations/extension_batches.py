@@ -20,7 +20,16 @@ from policylab.trainer.loop import Trainer
 
 from trainer_utils import tiny_config
 
-FORCED = ("kl_coef", "entropy_coef")  # the engines compute these terms themselves (hosted with 0)
+FORCED = ("kl_coef", "entropy_coef")
+VOTES = {"ttpo"}  # self-voting methods: the random model writes no numbers, so give the vote some (as test_same_update)
+
+
+def vote_texts(tr) -> None:
+    """Group g's replies read (g, g, g, g + 1): a majority of three and one dissent."""
+    def decode(batch):
+        return [str(int(g) + (1 if i % 4 == 3 else 0)) for i, g in enumerate(batch.group.tolist())]
+
+    tr.rollout.decode = decode  # the engines compute these terms themselves (hosted with 0)
 
 
 def trainer_and_batch(name: str, model_dir, workdir, params: dict | None = None):
@@ -32,7 +41,11 @@ def trainer_and_batch(name: str, model_dir, workdir, params: dict | None = None)
     train = {"dtype": "fp64", "grad_clip": 0.0, "shared_prefix": False, **ex.pop("train", {})}
     cfg = tiny_config(model_dir, workdir / "run", method=name, method_params=mp, train=train, **ex)
     tr = Trainer(cfg)
+    if name in VOTES:
+        vote_texts(tr)
     batch, _ = tr.collect()
+    if batch is None:
+        raise AssertionError(f"policylab's trainer collected no trainable batch for `{name}` here")
     return tr, tr.prepare(batch)
 
 
@@ -43,7 +56,7 @@ def user_columns(method, batch) -> dict[str, torch.Tensor]:
     if method.source.name != "on_policy":
         wanted |= {"producer", "source"}
     out = {}
-    for k, v in rounds.to_columns(method, batch).items():
+    for k, v in rounds.to_columns(method, batch, with_norms=False).items():
         f = k[len(rounds.PREFIX):].replace("extras0.", "extras.").replace("outcome0.", "outcome.")
         if f in wanted:
             out[k] = v

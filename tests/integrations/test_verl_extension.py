@@ -73,7 +73,7 @@ def test_extension_loss_equals_policylab_trainer(name, tiny_model_dir, tmp_path)
     data = _dataproto(tr, batch)
     if "old_log_probs" not in data.batch.keys():  # a single on-policy update: verl's old pass equals logp's value
         data.batch["old_log_probs"] = logp0.clone() if rb.logp_current is None else rb.logp_current.clone()
-    G = max(int((batch.group == g).sum()) for g in batch.group.unique())
+    G = tr.shape.group_size
     VR.compute_advantage(data, name, params, rollout_n=G, state=state)
     adv = data.batch["advantages"]
     want = A.adv.unsqueeze(-1).expand_as(rb.loss_mask) if A.adv.dim() == 1 else A.adv
@@ -86,8 +86,8 @@ def test_extension_loss_equals_policylab_trainer(name, tiny_model_dir, tmp_path)
     B = batch.size
     P = batch.prompt_width
     total = None
-    for start in range(0, B, G):  # whole groups per micro-batch, in order (actor.shuffle=False)
-        rows = torch.arange(start, min(B, start + G))
+    for g in dict.fromkeys(batch.group.tolist()):  # whole groups per micro-batch (actor.shuffle=False)
+        rows = (batch.group == g).nonzero().squeeze(-1)
         td = data.batch[rows]
         tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(rb.loss_mask.sum()), global_batch_size=B)
         out = {"log_probs": _flat(logp[rows], td["attention_mask"], P)}

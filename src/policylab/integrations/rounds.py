@@ -102,7 +102,7 @@ def _producer_names(t: torch.Tensor) -> tuple[str, ...]:
     return tuple(bytes(int(x) for x in row if int(x) != 0).decode() for row in t.cpu())
 
 
-def to_columns(method: Method, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+def to_columns(method: Method, batch: RolloutBatch, *, with_norms: bool = True) -> dict[str, torch.Tensor]:
     """Every per-row / per-token field of `batch` the loss may read, as engine columns
     (first dimension = row), plus the row index, the provenance and the whole-batch
     normalizers of the method's loss terms."""
@@ -122,7 +122,7 @@ def to_columns(method: Method, batch: RolloutBatch) -> dict[str, torch.Tensor]:
                 cols[f"{PREFIX}{kind}.{k}"] = v
             elif torch.is_tensor(v) and v.dim() == 0:  # a batch-level scalar: one copy per row
                 cols[f"{PREFIX}{kind}0.{k}"] = v.expand(B).clone()
-    for name, n in norms(method, batch).items():
+    for name, n in (norms(method, batch) if with_norms else {}).items():
         cols[NORM + name] = torch.full((B,), float(n), dtype=torch.float64)
     cols[PREFIX + "rows_total"] = torch.full((B,), B, dtype=torch.long)
     return cols
