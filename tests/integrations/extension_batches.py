@@ -21,6 +21,10 @@ from policylab.trainer.loop import Trainer
 from trainer_utils import tiny_config
 
 FORCED = ("kl_coef", "entropy_coef")
+# groups that keep their rows (ERILS rejects external rows above its length cap; with the
+# default group of 2 every group here kept one native row)
+SETTINGS = {"erils": {"rollout": {"group_size": 4, "prompts_per_step": 2}}}
+PARAMS = {"erils": {"external_max_new_tokens": 4}}  # within the cap: external rows are kept
 VOTES = {"ttpo"}  # self-voting methods: the random model writes no numbers, so give the vote some (as test_same_update)
 
 
@@ -35,10 +39,12 @@ def vote_texts(tr) -> None:
 def trainer_and_batch(name: str, model_dir, workdir, params: dict | None = None):
     """(trainer, batch before the round) for method `name` under its exercise settings."""
     ex = {k: dict(v) for k, v in exercise_settings(name, model=str(model_dir), workdir=workdir / "prep").items()}
-    mp = {**ex.pop("method_params", {}), **(params or {})}
+    mp = {**ex.pop("method_params", {}), **PARAMS.get(name, {}), **(params or {})}
     declared = {q.name for q in get(name).params}
     mp.update({k: 0.0 for k in FORCED if k in declared})
     train = {"dtype": "fp64", "grad_clip": 0.0, "shared_prefix": False, **ex.pop("train", {})}
+    for k, v in SETTINGS.get(name, {}).items():
+        ex[k] = {**ex.get(k, {}), **v}
     cfg = tiny_config(model_dir, workdir / "run", method=name, method_params=mp, train=train, **ex)
     tr = Trainer(cfg)
     if name in VOTES:

@@ -364,6 +364,8 @@ def _check_args(m, cfg, rollout_func) -> None:
     """Refuse TRL settings the replaced loss would silently drop."""
     _check_loss_settings(m, cfg)
     used = {f for k in ("objective", "correction", "addend", "term") for s in m.active(k) for f in s.reads}
+    if m.source.name != "on_policy" or m.active("round"):  # the round extension reads what the round stages read
+        used |= {f for s in (*m.active("round"), m.advantage) for f in s.reads}
     if "logp_behavior" in used and not getattr(cfg, "use_vllm", False) and rollout_func is None:
         raise PolicylabError(f"TRL cannot host policylab method `{m.name}` here: it reads logp_behavior "
                              f"(the log-probs the rollout engine sampled from), and {_BEHAVIOR}")
