@@ -107,3 +107,49 @@ def test_an_extension_loss_without_the_extension_is_refused():
     z = torch.zeros(2, 3, dtype=torch.float64)
     with pytest.raises(PolicylabError, match="round extension"):
         fn(old_log_prob=z, log_prob=z, advantages=z, response_mask=torch.ones(2, 3, dtype=torch.bool), config=cfg)
+
+
+def test_verl_batch_reward_manager_runs_a_group_coupled_reward_stage(tiny_model_dir):
+    """verl's batch reward manager, loaded from verl's config as its trainer loads it, runs
+    TTRL's majority vote over each group of rollout_n consecutive responses."""
+    import os
+    from collections import Counter
+
+    from hydra import compose, initialize_config_dir
+    from transformers import AutoTokenizer
+
+    import verl.trainer.config as cfg_pkg
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.reward_manager.batch import BatchRewardManager
+
+    with initialize_config_dir(config_dir=os.path.dirname(cfg_pkg.__file__), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=[
+            "reward.custom_reward_function.path=pkg://policylab.integrations.rewards",
+            "reward.custom_reward_function.name=compute_score_batch",
+            "+reward.custom_reward_function.reward_kwargs.method=ttrl",
+            "+reward.custom_reward_function.reward_kwargs.rollout_n=4"])
+    fn = get_custom_reward_fn(cfg)
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    replies = ["3", "3", "4", "3", "7", "8", "8", "9"]
+    ids = [tok(r, add_special_tokens=False)["input_ids"] for r in replies]
+    T, P, B = max(map(len, ids)), 2, len(replies)
+    resp = torch.zeros(B, T, dtype=torch.long)
+    attn = torch.zeros(B, P + T, dtype=torch.long)
+    attn[:, :P] = 1
+    for i, x in enumerate(ids):
+        resp[i, :len(x)] = torch.tensor(x)
+        attn[i, P:P + len(x)] = 1
+    data = DataProto.from_dict(tensors={"prompts": torch.ones(B, P, dtype=torch.long), "responses": resp,
+                                        "attention_mask": attn},
+                               non_tensors={"data_source": np.array(["arith"] * B, dtype=object),
+                                            "reward_model": np.array([{"ground_truth": "0"}] * B, dtype=object),
+                                            "extra_info": np.array([{} for _ in range(B)], dtype=object)})
+    out = BatchRewardManager(tok, 0, compute_score=fn, **dict(cfg.reward.custom_reward_function.reward_kwargs))(data)
+    last = torch.tensor([len(x) - 1 for x in ids])
+    got = out[torch.arange(B), last].double()
+    # hand-worked: group 1 votes 3 (three of four), group 2 votes 8 (two of four); the gold is never read
+    torch.testing.assert_close(got, torch.tensor([1.0, 1, 0, 1, 0, 1, 1, 0], dtype=torch.float64), rtol=0, atol=0)
+    naive = [float(r == Counter(replies[i // 4 * 4:i // 4 * 4 + 4]).most_common(1)[0][0]) for i, r in enumerate(replies)]
+    assert got.tolist() == naive
+    with pytest.raises(PolicylabError, match="rollout_n"):
+        fn(["arith"], ["3"], ["3"], [{}], method="ttrl")

@@ -29,7 +29,7 @@ import torch
 
 from policylab.errors import PolicylabError
 from policylab.integrations import hosting, rounds
-from policylab.integrations.verl.advantages import _groups
+from policylab.integrations.verl.advantages import uid_groups
 from policylab.integrations.verl.engine import ENGINE
 from policylab.batch import RolloutBatch
 from policylab.methods.spec import RunShape
@@ -75,7 +75,7 @@ def batch_of(data, *, batch_id: str = "verl") -> RolloutBatch:
     greedy = get("reward_baselines")
     batch = RolloutBatch(
         tokens=torch.cat([prompts, responses], 1), attention_mask=b["attention_mask"].bool(), loss_mask=mask,
-        prompt_width=prompts.shape[1], group=_groups(data.non_tensor_batch.get("uid"), B, mask.device),
+        prompt_width=prompts.shape[1], group=uid_groups(data.non_tensor_batch.get("uid"), B, mask.device),
         policy_version=torch.zeros(B, dtype=torch.long), batch_id=batch_id, engine="verl",
         logp_old=old, logp_current=old, logp_ref=get("ref_log_prob"), logp_behavior=get("rollout_log_probs"),
         values=get("values"), rewards=rewards,
