@@ -20,10 +20,11 @@ def test_integrations_lists_trl_methods_and_says_what_is_missing(capsys):
     rc = main(["integrations"])
     out = capsys.readouterr().out
     assert "trl 1.16.0: OK" in out and "PolicylabGRPOTrainer methods" in out and "cispo" in out
-    assert "gmc: TRL cannot host policylab method `gmc`" in out
+    assert "zcpo: TRL cannot host policylab method `zcpo`" in out
     # the engine-mismatch corrections need the sampler's log-probs: hostable only with vLLM or a rollout_func
     req = re.search(r"hostable with a requirement \((\d+)\): ([a-z_, ]+): requires (.*)", out.split("trl 1.16.0")[1])
-    assert req and req.group(2).split(", ") == ["icepop", "kpop", "minirl", "mis", "tis"]
+    # (with them the round-extension methods whose round stage reads the sampler's log-probs)
+    assert req and req.group(2).split(", ") == ["gmc", "icepop", "kpop", "minirl", "missing_old_logits", "mis", "tis"]
     assert "use_vllm=True" in req.group(3) and "rollout_func" in req.group(3)
     groups = hosting.by_status(PT.ENGINE)
     counts = [len(groups[k]) for k in ("hostable", "hostable with a requirement", "refused")]
@@ -43,8 +44,8 @@ def test_integrations_method_card_for_trl(capsys):
     assert main(["integrations", "--method", "tis"]) == 0
     out = capsys.readouterr().out
     assert "policylab method `tis` in TRL (hostable with a requirement)" in out
-    assert main(["integrations", "--method", "gmc"]) == 0
-    assert "TRL cannot host policylab method `gmc`: round stage `gmc_weights`" in capsys.readouterr().out
+    assert main(["integrations", "--method", "zcpo"]) == 0
+    assert "TRL cannot host policylab method `zcpo`: round stage `zcpo_drift`" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name,near", [("nosuch", None), ("grpoo", "grpo"), ("cisp", "cispo")])

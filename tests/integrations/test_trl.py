@@ -146,7 +146,10 @@ def test_the_loss_equals_trl_loss_type_on_the_same_batch(tmp_path, tiny_model_di
 
 
 def test_methods_trl_cannot_host_are_refused_naming_the_missing_role(tmp_path, tiny_model_dir):
-    with pytest.raises(PolicylabError, match="round stage `gmc_weights`.*logp_current"):
+    with pytest.raises(PolicylabError, match="round stage `zcpo_drift` needs full-vocabulary statistics"):
+        _trainer(tmp_path, tiny_model_dir, "zcpo")
+    # GMC runs through the round extension, which reads the sampler's log-probs
+    with pytest.raises(PolicylabError, match="reads logp_behavior"):
         _trainer(tmp_path, tiny_model_dir, "gmc")
     with pytest.raises(PolicylabError, match="reads logp_behavior"):
         _trainer(tmp_path, tiny_model_dir, "tis")
@@ -160,7 +163,7 @@ def test_methods_trl_cannot_host_are_refused_naming_the_missing_role(tmp_path, t
         _trainer(tmp_path, tiny_model_dir, "cispo", use_liger_kernel=True)
     with pytest.raises(PolicylabError, match="has no parameter `eps_hi`"):
         _trainer(tmp_path, tiny_model_dir, "cispo", {"eps_hi": 0.3})
-    assert "cispo" in PT.methods() and "gmc" not in PT.methods()
+    assert "cispo" in PT.methods() and "gmc" in PT.methods() and "zcpo" not in PT.methods()
 
 
 # reinforce_pp puts its KL in the reward (a round stage TRL has no hook for): run without it

@@ -79,6 +79,15 @@ class Engine:
     off_params: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
     requires: Mapping[str, str] = field(default_factory=dict)
     provides: Mapping[str, str] = field(default_factory=dict)
+    # the round extension (`policylab.integrations.rounds`): where it runs (None: none),
+    # the fields the engine's whole batch gives it, those it gives only with a setting,
+    # the external-row sources it accepts (source stage -> what the user appends), and
+    # the loss-hook fields it adds (field -> setting, "" when none is needed)
+    round_hook: str | None = None
+    batch_fields: frozenset = frozenset()
+    batch_requires: Mapping[str, str] = field(default_factory=dict)
+    row_sources: Mapping[str, str] = field(default_factory=dict)
+    extension_loss_fields: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +100,7 @@ class HostPlan:
     requires: list[str]  # settings the user must make (the adapter refuses the run without them)
     needs: list[str]  # what the adapter obtains from the engine by itself
     outside: list[str]  # stages the engine configuration must provide itself
+    extension: bool = False  # hosted through the round extension (`policylab.integrations.rounds`)
 
     @property
     def hostable(self) -> bool:
@@ -123,7 +133,16 @@ def _hook(kind: str) -> str:
 
 def plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | None = None) -> HostPlan:
     """Check `method` (with `overrides` of its parameters, validated by the method) against
-    `engine`; the returned plan's method has the engine's forced parameters applied."""
+    `engine`; the returned plan's method has the engine's forced parameters applied. A
+    method the engine's own hooks cannot host is checked against the engine's round
+    extension (`extension_plan`); the plan names the hooks' reasons when that fails too."""
+    p = _plain_plan(method, engine, overrides)
+    if p.hostable or engine.round_hook is None:
+        return p
+    return extension_plan(p, engine)
+
+
+def _plain_plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | None = None) -> HostPlan:
     if isinstance(method, Method):
         m = method
     elif isinstance(method, str):
@@ -178,6 +197,79 @@ def plan(method: Method | str, engine: Engine, overrides: Mapping[str, Any] | No
             outside.append(f"{s.kind} stage `{s.name}` ({(s.fn.__doc__ or '').strip().splitlines()[0]}) is not "
                            f"run: the engine's reward function or group filter must provide it")
     return HostPlan(m, engine, reasons, requires, needs, outside)
+
+
+_SERVICE = {"worker.prompt_logprobs": "the learner's log-probs over the prompt tokens",
+            "worker.logprobs_at": "the learner's log-probs at token ids other than the sampled ones",
+            "worker.vocab_stats": "full-vocabulary statistics of a forward (entropy / KL over the vocabulary)"}
+
+
+def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
+    """`base.method` through the engine's round extension: its round and advantage stages
+    run on the whole batch, its loss reads the batch's fields as columns. Every field a
+    stage reads must come from the engine's batch (`batch_fields`, or `batch_requires`
+    with a setting), the external rows of a source the extension accepts, a reward
+    stage's output carried as a column, or an earlier round stage."""
+    m = base.method
+    reasons: list[str] = []
+    requires: list[str] = []
+    needs: list[str] = [f"the round extension: {engine.round_hook}"]
+    avail = set(engine.batch_fields)
+    req_fields: dict[str, str] = dict(engine.batch_requires)
+    if m.source is not sources.ON_POLICY:
+        if m.source.name in engine.row_sources:
+            requires.append(f"the rows of source `{m.source.name}` appended to the engine's batch "
+                            f"({engine.row_sources[m.source.name]}), each with its provenance (source, producer) "
+                            f"and its behavior log-probs on behavior_mask, as policylab columns "
+                            f"({', '.join(w for w in m.source.writes if w not in ('tokens', 'loss_mask'))})")
+            avail |= set(m.source.writes)
+        else:
+            reasons.append(f"source `{m.source.name}` makes rows ({', '.join(m.source.writes)}) that "
+                           f"{engine.name}'s rollout and the extension's external rows cannot: "
+                           f"{(m.source.fn.__doc__ or '').strip().splitlines()[0]}")
+    for s in m.rewards:
+        for w in s.writes:
+            if w not in ("rewards",) and w not in avail:
+                req_fields.setdefault(w, f"the reward stage `{s.name}`'s `{w}` per response as the column "
+                                         f"policylab.{w} of the engine's batch")
+    used_req: list[str] = []
+
+    def need(stage: Stage, kind: str, extra=frozenset()) -> None:
+        for f in stage.reads:
+            if f in avail or f in extra:
+                continue
+            if f in req_fields:
+                if req_fields[f] not in used_req:
+                    used_req.append(req_fields[f])
+                continue
+            reasons.append(f"{kind} `{stage.name}` reads `{f}` ({FIELD_MEANING.get(f, f)}), which {engine.name}'s "
+                           f"batch does not hold")
+
+    for s in m.active("round"):
+        for n in s.needs:
+            reasons.append(f"round stage `{s.name}` needs {_SERVICE.get(n, n)} (policylab's `{n}`), which "
+                           f"{engine.name} does not compute")
+        need(s, "round stage")
+        avail |= set(s.writes)
+    need(m.advantage, "advantage")
+    loss_extra = frozenset(engine.loss_fields) | frozenset(engine.extension_loss_fields)
+    for kind in ("objective", "correction", "term", "addend"):
+        for s in m.active(kind):
+            if kind == "addend" and s.name in engine.own_addends:
+                continue
+            need(s, kind, loss_extra)
+            for f in s.reads:
+                if engine.extension_loss_fields.get(f) and engine.extension_loss_fields[f] not in used_req \
+                        and f not in engine.loss_fields:
+                    used_req.append(engine.extension_loss_fields[f])
+    if m.active("term"):
+        used_req.append(f"one optimizer step per round (the extra loss terms {', '.join(s.name for s in m.active('term'))} "
+                        "are normalized over the whole batch)")
+    requires += used_req
+    for st in m.state:
+        needs.append(f"per-run state `{st.name}` ({st.doc}) is kept by the extension in memory, not in "
+                     f"{engine.name}'s checkpoint: a resumed run starts it afresh")
+    return HostPlan(m, engine, reasons, requires, needs, base.outside, True)
 
 
 def plans(engine: Engine) -> dict[str, HostPlan]:

@@ -16,6 +16,12 @@ verl:
     +reward.custom_reward_function.reward_kwargs.method=rlcr        (default: the verifier alone)
     +reward.custom_reward_function.reward_kwargs.verifier=exact_numeric
 
+verl's batch reward manager sees the whole batch, so group-coupled stages (TTRL's vote) run:
+
+    reward.reward_manager.name=batch
+    reward.custom_reward_function.name=compute_score_batch
+    +reward.custom_reward_function.reward_kwargs.rollout_n=<actor_rollout_ref.rollout.n>
+
 TRL: ``reward_funcs=[trl_reward_func("rlcr")]`` (the dataset's ``answer`` column is the gold).
 """
 
@@ -110,6 +116,24 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     return score_replies(method, [solution_str], [ground_truth], verifier_name=verifier, row_local=True)[0]
 
 
+def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, *, method: str | None = None,
+                        verifier: str = "exact_numeric", rollout_n: int | None = None, **_engine: Any) -> list[float]:
+    """verl's batch reward manager signature (``reward.reward_manager.name=batch``): the
+    whole batch at once, so group-coupled reward stages (TTRL's majority vote, MaD-RL's
+    distribution match, RLCPR's length gate) run. Groups are `rollout_n` consecutive
+    responses (verl repeats each prompt's responses next to each other); reward_kwargs
+    give `method`, `verifier` and `rollout_n` (= actor_rollout_ref.rollout.n)."""
+    n = len(solution_strs)
+    if method is not None and rollout_n is None:
+        raise PolicylabError("policylab batch reward: set +reward.custom_reward_function.reward_kwargs.rollout_n="
+                             "<actor_rollout_ref.rollout.n> (the group of each response)")
+    G = int(rollout_n or 1)
+    if G < 1 or n % G:
+        raise PolicylabError(f"policylab batch reward: {n} responses do not split into groups of rollout_n={G}")
+    return score_replies(method, list(solution_strs), list(ground_truths), verifier_name=verifier,
+                         group=[i // G for i in range(n)])
+
+
 def trl_reward_func(method: str | None = None, *, verifier: str = "exact_numeric", answer_column: str = "answer",
                     num_generations: int | None = None, params: dict | None = None):
     """A TRL reward function giving `method`'s rewards; groups are `num_generations`
@@ -128,4 +152,4 @@ def trl_reward_func(method: str | None = None, *, verifier: str = "exact_numeric
     return reward
 
 
-__all__ = ["VERIFIERS", "compute_score", "score_replies", "trl_reward_func", "verifier"]
+__all__ = ["VERIFIERS", "compute_score", "compute_score_batch", "score_replies", "trl_reward_func", "verifier"]

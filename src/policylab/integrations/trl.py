@@ -50,6 +50,14 @@ ENGINE = hosting.Engine(
     requires={"logp_behavior": _BEHAVIOR},
     provides={"logp_ref": "TRL's reference model (the trainer sets args.beta to the method's kl_coef, so TRL computes "
                           "the reference log-probs exactly when the KL is in the loss)"},
+    round_hook=("PolicylabGRPOTrainer runs it on each generation batch after TRL has scored it (one process), "
+                "and its loss reads the micro-batch's policylab columns"),
+    batch_fields=frozenset({"tokens", "loss_mask", "rewards", "group", "logp_old", "logp_current", "policy_version",
+                            "batch_id", "logp_ref"}),
+    batch_requires={"logp_behavior": _BEHAVIOR},
+    row_sources={"demonstrations": "a demonstrator's replies", "gold_injection": "gold answers",
+                 "expert_prefix": "expert prefixes continued by the policy", "peer_exchange": "a peer's rollouts",
+                 "external": "an external policy's rollouts", "hinted": "replies sampled under hinted prompts"},
 )
 
 
@@ -96,6 +104,11 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         m = hosting.with_run(m, RunShape(group_size=cfg.num_generations, epochs=cfg.num_iterations))
         kl = [s for s in m.active("addend") if "logp_ref" in s.reads]
         cfg.beta = float(m.p["kl_coef"]) if kl else 0.0  # TRL computes ref log-probs iff beta != 0
+        self._policylab_extension = plan.extension
+        if plan.extension and "logp_ref" in m.roles and cfg.beta == 0.0:
+            cfg.beta = 1.0  # only so that TRL computes the reference log-probs; the replaced loss never reads beta
+        self._policylab_state = m.state_objects(int(getattr(cfg, "seed", 0))) if plan.extension else {}
+        self._policylab_extra = {}
         self.policylab_method = m
         self._policylab_rewards = None
         super().__init__(*args, **kwargs)
@@ -109,11 +122,67 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         self._policylab_rewards = rewards  # [N, F] over every process (TRL gathers them)
         return rewards
 
+    def _generate(self, prompts):
+        out = super()._generate(prompts)
+        self._policylab_extra = dict(out[5] or {})  # the rollout_func's extra fields (policylab.* columns)
+        return out
+
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
-        out["advantages"] = self._policylab_advantages(out["completion_mask"], mode)
+        if self._policylab_extension:
+            self._policylab_round(out, mode)
+        else:
+            out["advantages"] = self._policylab_advantages(out["completion_mask"], mode)
         return out
+
+    # ------------------------------------------------------------------ the round extension
+    def _policylab_round(self, out: dict, mode: str) -> None:
+        """The method's round and advantage stages on the generation batch
+        (`policylab.integrations.rounds`), its loss's columns put into `out`."""
+        from policylab.batch import RolloutBatch
+        from policylab.integrations import rounds
+
+        if self.accelerator.num_processes > 1:
+            raise PolicylabError(f"policylab method `{self.policylab_method.name}` runs a round stage over the whole "
+                                 "batch: PolicylabGRPOTrainer runs it in one process only")
+        m = self.policylab_method
+        per_func = self._policylab_rewards
+        if per_func is None or torch.isnan(per_func).all(dim=1).any():
+            raise PolicylabError("a completion was unscorable (every reward function returned None); policylab "
+                                 "advantages do not zero-fill it")
+        rewards = (torch.nan_to_num(per_func) * self.reward_weights.to(per_func.device).unsqueeze(0)).sum(dim=1)
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        pm, cm = out["prompt_mask"].bool(), out["completion_mask"].bool()
+        tokens = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+        mask = cm if "tool_mask" not in out else cm & out["tool_mask"].bool()
+        old = out.get("old_per_token_logps")
+        current = old
+        if current is None and ("logp_current" in m.roles or "logp_old" in {f for s in m.active("round") for f in s.reads}):
+            with torch.no_grad():  # the learner at the round's start: a forward at the current weights
+                current, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, tokens, torch.cat([pm, cm], 1).long(), cm.shape[1], compute_entropy=False,
+                    compute_aux_loss=False)
+        B = tokens.shape[0]
+        extras = {"logp_old_version": torch.zeros(B, dtype=torch.long)} if current is not None else {}
+        batch = RolloutBatch(tokens=tokens, attention_mask=torch.cat([pm, cm], 1), loss_mask=mask,
+                             prompt_width=pm.shape[1], group=torch.arange(B, device=cm.device) // G,
+                             policy_version=torch.zeros(B, dtype=torch.long), batch_id=f"trl-step{self.state.global_step}",
+                             engine="trl", logp_old=current, logp_current=current,
+                             logp_ref=out.get("ref_per_token_logps"), logp_behavior=out.get("sampling_per_token_logps"),
+                             rewards=rewards.float(), extras=extras).validate()
+        cols = {k: torch.as_tensor(v) if not isinstance(v, list) else torch.stack([torch.as_tensor(x) for x in v])
+                for k, v in self._policylab_extra.items() if k.startswith(rounds.PREFIX)}
+        batch = rounds.with_columns(batch, cols)
+        batch, A, metrics = rounds.run_round(m, batch, self._policylab_state, RunShape(group_size=G),
+                                             policy_version=self.state.global_step)
+        out["advantages"] = A.adv
+        if old is None and current is not None and "logp_old" in {f for s in m.active("round") for f in s.reads}:
+            out["old_per_token_logps"] = current
+        out.update(rounds.to_columns(m, batch))
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)):
+                self._metrics[mode][f"policylab/{k}"].append(float(v))
 
     def _policylab_advantages(self, local_mask: torch.Tensor, mode: str) -> torch.Tensor:
         m = self.policylab_method
@@ -159,14 +228,20 @@ class PolicylabGRPOTrainer(GRPOTrainer):
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=wants_entropy,
             compute_aux_loss=False, **extra)
         behavior = inputs.get("sampling_per_token_logps")
-        if behavior is None and "logp_behavior" in {f for s in m.active("correction") for f in s.reads}:
+        if behavior is None and not self._policylab_extension and \
+                "logp_behavior" in {f for s in m.active("correction") for f in s.reads}:
             raise PolicylabError(f"method `{m.name}` reads logp_behavior: {_BEHAVIOR}")
-        inp = tensor_inputs(logp, inputs["advantages"], mask, logp_old=inputs.get("old_per_token_logps"),
-                            logp_behavior=behavior, logp_ref=inputs.get("ref_per_token_logps"),
-                            entropy=entropy if wants_entropy else None)
-        terms, metrics = loss_terms(m, inp)
         train = self.model.training
-        loss = agg.aggregate(terms["policy"], mask, m.aggregation, normalizer=self._normalizer(inputs, mask, train))
+        if self._policylab_extension:
+            loss, metrics = self._policylab_extension_loss(inputs, logp, entropy if wants_entropy else None, mask,
+                                                           train)
+        else:
+            inp = tensor_inputs(logp, inputs["advantages"], mask, logp_old=inputs.get("old_per_token_logps"),
+                                logp_behavior=behavior, logp_ref=inputs.get("ref_per_token_logps"),
+                                entropy=entropy if wants_entropy else None)
+            terms, metrics = loss_terms(m, inp)
+            loss = agg.aggregate(terms["policy"], mask, m.aggregation,
+                                 normalizer=self._normalizer(inputs, mask, train))
         mode = "train" if train else "eval"
         for k, v in metrics.items():
             if torch.is_tensor(v) and v.numel() == 1 or isinstance(v, (int, float)):
@@ -178,6 +253,33 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         ga = self.current_gradient_accumulation_steps if train else 1
         self._metrics[mode]["policylab/loss"].append(float(loss.detach()) * ga)
         return loss
+
+    def _policylab_extension_loss(self, inputs, logp, entropy, mask, train):
+        """The loss of a round-extension method: the micro-batch rebuilt from its columns;
+        the policy term with TRL's normalizer, every other term with its whole-batch
+        normalizer scaled as TRL scales the policy term's."""
+        from policylab.integrations import rounds
+        from policylab.methods.loss import term_masks
+
+        m = self.policylab_method
+        cols = rounds.columns_of(inputs)
+        batch = rounds.loss_batch(cols, mask, logp_old=inputs.get("old_per_token_logps"),
+                                  logp_ref=inputs.get("ref_per_token_logps"), batch_id="trl")
+        inp = rounds.loss_inputs(batch, logp, inputs["advantages"], entropy)
+        terms, metrics = loss_terms(m, inp)
+        masks = term_masks(m, batch)
+        norms = rounds.term_norms(cols)
+        N = self._normalizer(inputs, mask, train)
+        scale = N / norms["policy"] if norms.get("policy") else 1.0
+        loss = None
+        for term, mat in terms.items():
+            tmask, mode, L = masks[term]
+            n = N if term == "policy" else norms[term] * scale
+            if n == 0.0:
+                continue
+            part = agg.aggregate(mat, tmask, mode, normalizer=n, L_norm=L)
+            loss = part if loss is None else loss + part
+        return loss, metrics
 
     def _normalizer(self, inputs, mask: torch.Tensor, train: bool) -> float:
         """TRL's normalizer for the method's aggregation mode (see the module doc)."""
@@ -262,6 +364,8 @@ def _check_args(m, cfg, rollout_func) -> None:
     """Refuse TRL settings the replaced loss would silently drop."""
     _check_loss_settings(m, cfg)
     used = {f for k in ("objective", "correction", "addend", "term") for s in m.active(k) for f in s.reads}
+    if m.source.name != "on_policy" or m.active("round"):  # the round extension reads what the round stages read
+        used |= {f for s in (*m.active("round"), m.advantage) for f in s.reads}
     if "logp_behavior" in used and not getattr(cfg, "use_vllm", False) and rollout_func is None:
         raise PolicylabError(f"TRL cannot host policylab method `{m.name}` here: it reads logp_behavior "
                              f"(the log-probs the rollout engine sampled from), and {_BEHAVIOR}")

@@ -17,7 +17,7 @@ from policylab.methods.spec import RunShape
 # ----------------------------------------------------------------------------- advantages
 
 
-def _groups(index, B: int, device) -> torch.Tensor:
+def uid_groups(index, B: int, device) -> torch.Tensor:
     if index is None:
         raise PolicylabError("policylab advantage estimators need verl's uid groups (index=...)")
     ids: dict[Any, int] = {}
@@ -42,7 +42,7 @@ def token_reward_batch(token_level_rewards: torch.Tensor, response_mask: torch.T
     before = torch.where(at_last, torch.zeros((), dtype=tlr.dtype), tlr)
     extras = {"kl_penalty": -before} if bool((before != 0).any()) else {}
     logp = torch.zeros(mask.shape, dtype=tlr.dtype, device=mask.device)
-    return tensor_inputs(logp, r, mask, group=_groups(index, B, mask.device), rewards=r, extras=extras).batch
+    return tensor_inputs(logp, r, mask, group=uid_groups(index, B, mask.device), rewards=r, extras=extras).batch
 
 
 def make_estimator(stage, method):

@@ -23,6 +23,25 @@ ENGINE = hosting.Engine(
     own_addends={"kl_loss": KL, "entropy_bonus": ENTROPY},
     off_params={"kl_coef": (0.0, KL), "entropy_coef": (0.0, ENTROPY)},
     requires={"logp_behavior": "the raw engine ratio as rollout_is_weights: " + RAW_RATIO},
+    round_hook=("policylab.integrations.verl.rounds: the driver calls its compute_advantage in place of verl's "
+                "(after the old-logprob, reference and critic passes) and the actor runs its loss_fn "
+                "(actor_rollout_wg.set_loss_fn), which hands each micro-batch's policylab columns to the loss"),
+    batch_fields=frozenset({"tokens", "loss_mask", "rewards", "group", "logp_old", "logp_current", "policy_version",
+                            "batch_id"}),
+    batch_requires={
+        "logp_behavior": "actor_rollout_ref.rollout.calculate_log_probs=True (verl keeps the rollout's log-probs as "
+                         "rollout_log_probs)",
+        "logp_ref": "verl's reference worker (actor_rollout_ref.actor.use_kl_loss=True or "
+                    "algorithm.use_kl_in_reward=True make verl compute ref_log_prob)",
+        "values": "verl's critic (critic.enable=True): its values feed policylab's advantage",
+        "greedy_rewards": "algorithm.adv_estimator=remax in verl's rollout step: verl decodes each prompt greedily "
+                          "and scores it (reward_baselines), the extension reads that as greedy_rewards",
+    },
+    row_sources={"demonstrations": "a demonstrator's replies", "gold_injection": "gold answers",
+                 "expert_prefix": "expert prefixes continued by the policy", "peer_exchange": "a peer's rollouts",
+                 "external": "an external policy's rollouts", "hinted": "replies sampled under hinted prompts"},
+    extension_loss_fields={"entropy": "actor_rollout_ref.actor.calculate_entropy=True (verl passes its entropy to "
+                                      "the loss)"},
 )
 
 VERL_MODES = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean",

@@ -21,7 +21,7 @@ from policylab.integrations import hosting
 from policylab.integrations.verl.engine import ENGINE, PREFIX, RAW_RATIO, VERL_MODES, loss_name, method_of, plain
 from policylab.kernels import aggregate as agg
 from policylab.methods import REGISTRY
-from policylab.methods.loss import loss_terms, tensor_inputs
+from policylab.methods.loss import loss_terms, tensor_inputs, term_masks
 from policylab.methods.spec import RunShape
 
 # ----------------------------------------------------------------------------- parameters
@@ -39,7 +39,17 @@ def resolve(method: str, params: dict | None = None):
         if not p.hostable:
             raise PolicylabError(p.refusal())
         _CACHE[key] = p.method
+        _EXTENSION[p.method.name, items] = p.extension
     return _CACHE[key]
+
+
+_EXTENSION: dict[tuple, bool] = {}
+
+
+def through_extension(method: str, params: dict | None = None) -> bool:
+    """Whether `method` (with `params`) is hosted through the round extension."""
+    resolve(method, params)
+    return _EXTENSION[method, tuple(sorted((params or {}).items()))]
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -103,10 +113,12 @@ def make_loss(name: str):
         if config is None:
             raise PolicylabError(f"policylab loss `{loss_name(name)}` needs verl's actor config (config=...)")
         pl = config.policy_loss
-        method = resolve(name, plain(getattr(pl, "method_params", None) if not isinstance(pl, dict)
-                                      else pl.get("method_params")))
+        params = plain(getattr(pl, "method_params", None) if not isinstance(pl, dict) else pl.get("method_params"))
+        method = resolve(name, params)
         method = _with_run(method, config, name)
         mask = response_mask.bool()
+        if through_extension(name, params):
+            return _extension_loss(name, method, old_log_prob, log_prob, advantages, mask, config)
         needs_behavior = any("logp_behavior" in s.reads for s in method.active("correction"))
         behavior = _behavior(old_log_prob, rollout_is_weights, mask, name) if needs_behavior else None
         inp = tensor_inputs(log_prob, per_sequence(advantages, mask), mask, logp_old=old_log_prob,
@@ -138,6 +150,56 @@ def make_loss(name: str):
     policylab_loss.__qualname__ = policylab_loss.__name__
     policylab_loss.__policylab__ = name
     return policylab_loss
+
+
+def _extension_loss(name, method, old_log_prob, log_prob, advantages, mask, config):
+    """The loss of a round-extension method on one micro-batch: its rows' policylab
+    columns (written by `rounds.compute_advantage` in the driver) rebuilt into a batch."""
+    from policylab.integrations import rounds
+    from policylab.integrations.verl import rounds as vr
+
+    mb = vr.micro_batch()
+    if mb is None:
+        raise PolicylabError(f"policylab loss `{loss_name(name)}` is hosted through the round extension: the driver "
+                             "must call policylab.integrations.verl.rounds.compute_advantage and the actor run "
+                             "policylab.integrations.verl.rounds.loss_fn (actor_rollout_wg.set_loss_fn)")
+    data, model_output = mb
+    cols = {k: data[k] for k in data.keys() if isinstance(k, str) and k.startswith(rounds.PREFIX)}
+    entropy = None
+    if any("entropy" in s.reads for k in ("objective", "correction", "term") for s in method.active(k)):
+        ent = model_output.get("entropy", None) if hasattr(model_output, "get") else None
+        if ent is None:
+            raise PolicylabError(f"policylab loss `{loss_name(name)}` reads the entropy: set "
+                                 "actor_rollout_ref.actor.calculate_entropy=True")
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        entropy = no_padding_2_padding(ent, data)
+    ref = data["ref_log_prob"] if "ref_log_prob" in data.keys() else None
+    batch = rounds.loss_batch(cols, mask, logp_old=old_log_prob, logp_ref=ref, batch_id=f"verl-{name}")
+    inp = rounds.loss_inputs(batch, log_prob, per_sequence(advantages, mask), entropy)
+    terms, metrics = loss_terms(method, inp)
+    info = dict(getattr(config, "global_batch_info", None) or {})
+    norms = rounds.term_norms(cols)
+    masks = term_masks(method, batch)
+    loss = None
+    for term, mat in terms.items():
+        tmask, mode, L = masks[term]
+        if term == "policy":
+            N = _normalizer(tmask, mode, L if L is not None else info.get("loss_scale_factor"), info, name)
+        else:
+            total = int(cols[rounds.PREFIX + "rows_total"].reshape(-1)[0])
+            if info.get("global_batch_size") is not None and int(info["global_batch_size"]) != total:
+                raise PolicylabError(f"policylab loss `{loss_name(name)}`: term `{term}` is normalized over the "
+                                     f"whole round ({total} rows) and this mini-batch has "
+                                     f"{info['global_batch_size']}: set ppo_mini_batch_size to the train batch size")
+            N = norms[term] / int(info.get("dp_size") or 1)
+            if N == 0.0:
+                continue
+        part = agg.aggregate(mat, tmask, mode, normalizer=N, L_norm=L)
+        loss = part if loss is None else loss + part
+    out = {f"actor/policylab/{k}": float(v) for k, v in metrics.items()
+           if isinstance(v, (int, float)) or (torch.is_tensor(v) and v.numel() == 1)}
+    return loss, out
 
 
 def _with_run(method, config, name: str):
