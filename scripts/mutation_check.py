@@ -180,6 +180,10 @@ MUTATIONS: tuple[Mutation, ...] = (
       "proc.wait(timeout=float(lim.wall_seconds))", "proc.wait(timeout=4 * float(lim.wall_seconds))",
       ("tests/sandbox/test_sandbox.py::test_sleeping_past_the_wall_clock_limit_is_stopped_there",),
       "the sandbox's wall-clock limit is 4× longer than configured"),
+    M("eval_seed_changed", "guard", "src/policylab/trainer/loop.py",
+      "seed=self.cfg.seed + 999)", "seed=self.cfg.seed + 998)",
+      ("tests/eval/test_eval_fingerprint.py::test_eval_stream_is_the_recorded_one_on_this_host",),
+      "the held-out evaluation draws another stream for the same seed (the README's figures would be stale)"),
     # ------------------------------------------------------------------ engine adapters
     M("trl_liger_accepted", "adapter", "src/policylab/integrations/trl.py",
       'if getattr(cfg, "use_liger_kernel", False):', "if False:",
