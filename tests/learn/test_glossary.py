@@ -61,3 +61,29 @@ def test_method_page_and_comparison_cells_carry_both_languages():
     assert glossary.UNTRANSLATED not in page
     table = site.compare_page({"dapo"})
     assert site.esc(glossary.zh(methods.get("grpo").card.samples)) in table and glossary.UNTRANSLATED not in table
+
+
+def test_a_status_with_levels_is_translated_part_by_part():
+    # what was run, then each level, each from its own entry: a new level value needs only its own line
+    run = "kernel verified; 3 real optimizer steps on SmolLM2-135M-Instruct through the trainer, finite metrics " \
+          "(benchmarks/results/methods_real_graded_and_geometry.md); no learning claim"
+    text = (f"{run}. Levels: formula kernel tests (hand-worked cases and naive references); mechanism not measurable "
+            "here: needs a retention probe; capability not measured; scale no training inside verl or TRL, nothing at "
+            "scale")
+    assert glossary.status_parts(text) == [run, "kernel tests (hand-worked cases and naive references)",
+                                           "needs a retention probe", "not measured",
+                                           "no training inside verl or TRL, nothing at scale"]
+    assert glossary.zh(text) == (glossary.zh(run).rstrip("。") + "。层级：公式 内核测试（手算用例与朴素参考实现）；"
+                                 "机制 此处无法测量：需要一个保持能力的探针；能力 尚未测量；规模 未在 verl 或 TRL 内训练，没有规模化运行")
+    # one untranslated part leaves the whole status untranslated (shown behind the marker, never half-Chinese)
+    assert glossary.zh(text.replace("needs a retention probe", "needs a probe nobody translated")) is None
+    assert glossary.status_parts("a plain status") is None
+
+
+def test_a_not_measurable_reason_is_never_cut_inside_a_parenthesis():
+    from policylab.methods.evidence import _short
+
+    assert _short("a three-stage pipeline (SFT, reward model, PPO: `x`), not a run; more") == \
+        "a three-stage pipeline (SFT, reward model, PPO: `x`), not a run"
+    assert _short("needs a longer horizon: 200 steps") == "needs a longer horizon"
+    assert _short("no clause at all") == "no clause at all"

@@ -84,11 +84,48 @@ def term_problems() -> list[str]:
     return found
 
 
+# a card's status is what was run, then its four levels (`policylab.methods.evidence.status_text`):
+# translated part by part, so a level that changes (a new measurement) needs only its own entry
+_LEVELS = re.compile(r"^(?P<run>.*)\. Levels: formula (?P<formula>.*); mechanism (?P<mechanism>.*); "
+                     r"capability (?P<capability>.*); scale (?P<scale>.*)$", re.S)
+_LEVEL_ZH = (("formula", "公式"), ("mechanism", "机制"), ("capability", "能力"), ("scale", "规模"))
+_NOT_MEASURABLE = "not measurable here: "
+
+
+def status_parts(text: str) -> list[str] | None:
+    """The parts of a status with levels that are translated one by one (what was run, then
+    each level's value; "not measurable here: R" contributes R), or None for a plain text."""
+    m = _LEVELS.match(_norm(text))
+    if m is None:
+        return None
+    parts = [m.group("run")]
+    for key, _ in _LEVEL_ZH:
+        v = m.group(key)
+        parts.append(v[len(_NOT_MEASURABLE):] if v.startswith(_NOT_MEASURABLE) else v)
+    return parts
+
+
+def _level_zh(value: str) -> str | None:
+    if value.startswith(_NOT_MEASURABLE):
+        reason = _data()[1].get(_norm(value[len(_NOT_MEASURABLE):]))
+        return None if reason is None else f"此处无法测量：{reason}"
+    return _data()[1].get(_norm(value))
+
+
 def zh(text: str) -> str | None:
-    """The Chinese of one English card text, or None when the glossary has none."""
+    """The Chinese of one English card text, or None when the glossary has none (a status
+    with levels: None when any of its parts has none)."""
     if not str(text).strip():
         return ""
-    return _data()[1].get(_norm(text))
+    direct = _data()[1].get(_norm(text))
+    m = _LEVELS.match(_norm(text)) if direct is None else None
+    if m is None:
+        return direct
+    run = _data()[1].get(_norm(m.group("run")))
+    levels = [_level_zh(m.group(key)) for key, _ in _LEVEL_ZH]
+    if run is None or any(v is None for v in levels):
+        return None
+    return run.rstrip("。") + "。层级：" + "；".join(f"{label} {v}" for (_, label), v in zip(_LEVEL_ZH, levels))
 
 
 def field(text: str, lang: str) -> str:
@@ -130,6 +167,11 @@ def card_texts() -> list[tuple[str, str]]:
 
     def add(where, text):
         text = _norm(text)
+        parts = status_parts(text)
+        if parts is not None:  # a status with levels: each part is translated on its own
+            for i, part in enumerate(parts):
+                add(f"{where}[{i}]", part)
+            return
         if text and text not in out:
             out[text] = where
 

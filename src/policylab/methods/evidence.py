@@ -210,9 +210,14 @@ class Levels:
 
 
 def _short(reason: str) -> str:
-    """The first clause of a not-measurable reason (up to the first colon or semicolon)."""
-    cut = min((i for i in (reason.find(":"), reason.find(";")) if i > 0), default=len(reason))
-    return reason[:cut]
+    """The first clause of a not-measurable reason: up to the first colon or semicolon that
+    is not inside parentheses (a parenthesis is never cut open)."""
+    depth = 0
+    for i, ch in enumerate(reason):
+        depth += (ch == "(") - (ch == ")")
+        if ch in ":;" and depth == 0 and i > 0:
+            return reason[:i]
+    return reason
 
 
 def levels(name: str) -> Levels:
