@@ -119,11 +119,14 @@ def test_hostability_is_computed_and_refusals_name_the_missing_capability():
     for n in names - set(HOSTABLE):
         p = hosting.plan(n, PV.ENGINE)
         assert p.reasons and "verl cannot host" in p.refusal()
-    assert "logp_current" in hosting.plan("gmc", PV.ENGINE).refusal()
-    assert "values" in hosting.plan("ppo", PV.ENGINE).refusal()
+    # GMC and PPO run through the round extension (test_verl_extension.py); SIS and ZCPO need
+    # policylab worker passes verl does not make
+    assert hosting.plan("gmc", PV.ENGINE).extension and hosting.plan("gmc", PV.ENGINE).hostable
+    assert any("critic" in r for r in hosting.plan("ppo", PV.ENGINE).requires)
     assert "on_policy_topk" in hosting.plan("sis", PV.ENGINE).refusal()
-    with pytest.raises(PolicylabError, match="round stage `gmc_weights`"):
-        PV.resolve("gmc")
+    assert "worker.logprobs_at" in hosting.plan("sis", PV.ENGINE).refusal()
+    with pytest.raises(PolicylabError, match="round stage `zcpo_drift` needs full-vocabulary statistics"):
+        PV.resolve("zcpo")
     with pytest.raises(PolicylabError, match="use_kl_loss=True"):
         PV.resolve("grpo", {"kl_coef": 0.04})
 

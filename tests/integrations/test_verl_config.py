@@ -68,7 +68,7 @@ def test_integrations_command_reports_verl_and_a_plug_in_that_did_not_load(monke
 
     text, ok = report()
     assert ok and "verl 0.9.1" in text and "policylab = policylab.integrations.verl" in text
-    assert "policylab_cispo" in text and "gmc: verl cannot host policylab method `gmc`" in text
+    assert "policylab_cispo" in text and "zcpo: verl cannot host policylab method `zcpo`" in text
     # the three groups add up to the registry, and the registered losses are the hostable ones
     groups = hosting.by_status(PV.ENGINE)
     n_host, n_req, n_ref = (len(groups[k]) for k in ("hostable", "hostable with a requirement", "refused"))

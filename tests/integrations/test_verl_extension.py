@@ -153,3 +153,22 @@ def test_verl_batch_reward_manager_runs_a_group_coupled_reward_stage(tiny_model_
     assert got.tolist() == naive
     with pytest.raises(PolicylabError, match="rollout_n"):
         fn(["arith"], ["3"], ["3"], [{}], method="ttrl")
+
+
+def test_verl_kl_in_the_reward_is_refused_by_the_extension():
+    """verl's use_kl_in_reward rewrites token_level_rewards; the extension reads the scores,
+    so a batch where the two differ is refused instead of losing the KL silently."""
+    B, P, T = 4, 2, 3
+    scores = torch.zeros(B, T)
+    scores[:, -1] = torch.tensor([1.0, 0, 1, 0])
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.ones(B, P, dtype=torch.long), "responses": torch.ones(B, T, dtype=torch.long),
+                 "attention_mask": torch.ones(B, P + T, dtype=torch.long), "response_mask": torch.ones(B, T),
+                 "old_log_probs": -torch.ones(B, T), "rollout_log_probs": -torch.ones(B, T),
+                 "token_level_scores": scores, "token_level_rewards": scores - 0.01},
+        non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)})
+    with pytest.raises(PolicylabError, match="use_kl_in_reward"):
+        VR.compute_advantage(data, "gmc", rollout_n=2)
+    data.batch["token_level_rewards"] = scores.clone()  # no KL in the reward: runs
+    VR.compute_advantage(data, "gmc", rollout_n=2)
+    assert "policylab.extras.gmc_weight" in data.batch.keys()

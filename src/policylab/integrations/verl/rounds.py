@@ -69,6 +69,10 @@ def batch_of(data, *, batch_id: str = "verl") -> RolloutBatch:
     mask = b["response_mask"].bool()
     B = mask.shape[0]
     scores = b["token_level_scores"] if "token_level_scores" in b.keys() else b["token_level_rewards"]
+    if "token_level_rewards" in b.keys() and not torch.equal(b["token_level_rewards"], scores):
+        raise PolicylabError("verl's KL in the reward (algorithm.use_kl_in_reward=True) changed token_level_rewards; "
+                             "the round extension computes the advantages from the scores and does not combine it: "
+                             "set algorithm.use_kl_in_reward=False (a KL in the loss is verl's use_kl_loss)")
     rewards = torch.where(mask, scores, torch.zeros((), dtype=scores.dtype)).sum(-1)
     old = b["old_log_probs"] if "old_log_probs" in b.keys() else None
     get = lambda k: b[k] if k in b.keys() else None  # noqa: E731
