@@ -98,6 +98,9 @@ def _policylab_update(model_dir, name, params, rollout_logp):
                               extras={"logp_old_version": torch.zeros(R.B, dtype=torch.long)}).validate()
         batch, A_, _ = rounds.run_round(m, batch, m.state_objects(0), RunShape(group_size=R.N, epochs=2))
         adv = A_.adv
+        # the round matters here: GMC's weights (0.54 to 1.16 on this batch) are far from 1, so
+        # verl training without them (or with another row's) would not give this update
+        assert float((batch.extras["gmc_weight"] - 1).abs().max()) > 0.1
     learner = Learner(model, torch.optim.SGD(model.parameters(), lr=R.LR),
                       settings=UpdateSettings(micro_batch_size=2, grad_clip=0.0, skip_zero_adv=False))
     for _ in range(2):
