@@ -113,3 +113,11 @@ def test_a_short_real_training_run_through_the_extension(tmp_path, tiny_model_di
     assert all(torch.isfinite(v).all() for v in t.model.parameters())
     logged = [h for h in t.state.log_history if "policylab/loss" in h]
     assert len(logged) == 2 and all(torch.isfinite(torch.tensor(h["policylab/loss"])) for h in logged)
+
+
+def test_the_docs_count_the_extension_methods():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert f"for each of the {len(EXTENSION)} methods" in (docs / "integrations.md").read_text()
+    assert f"and {len(EXTENSION)} (TRL) of them" in (docs / "running-at-scale.md").read_text()

@@ -7,6 +7,7 @@ skipped where verl is not installed (see engines.py)."""
 from __future__ import annotations
 
 import json
+import zlib
 import os
 import subprocess
 import sys
@@ -177,7 +178,7 @@ def test_get_policy_loss_fn_with_a_real_actor_config_and_backward():
 
 @pytest.mark.parametrize("name", PLAIN)
 def test_every_hostable_method_equals_policylab(name):
-    b = _batch(seed=hash(name) % 1000)
+    b = _batch(seed=zlib.crc32(name.encode()) % 1000)  # str hash() changes per process (PYTHONHASHSEED)
     params = _params(name, b["mask"].shape[1])
     loss, grad = _verl(name, b, params)
     ref_loss, ref_grad = _reference(name, b, params)

@@ -172,3 +172,14 @@ def test_verl_kl_in_the_reward_is_refused_by_the_extension():
     data.batch["token_level_rewards"] = scores.clone()  # no KL in the reward: runs
     VR.compute_advantage(data, "gmc", rollout_n=2)
     assert "policylab.extras.gmc_weight" in data.batch.keys()
+
+
+def test_the_docs_count_the_extension_methods():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    text = (docs / "integrations.md").read_text()
+    plain = [n for n, p in hosting.plans(PV.ENGINE).items() if p.hostable and not p.extension]
+    assert f"for each of the {len(EXTENSION)} methods" in text
+    assert f"The {len(plain)} hosted by verl's own hooks" in text and f"the {len(EXTENSION)} hosted through" in text
+    assert f"{len(EXTENSION)} (verl) and" in (docs / "running-at-scale.md").read_text()
