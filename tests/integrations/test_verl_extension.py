@@ -124,10 +124,14 @@ def test_verl_batch_reward_manager_runs_a_group_coupled_reward_stage(tiny_model_
 
     with initialize_config_dir(config_dir=os.path.dirname(cfg_pkg.__file__), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=[
+            "reward.reward_manager.name=batch",
             "reward.custom_reward_function.path=pkg://policylab.integrations.rewards",
             "reward.custom_reward_function.name=compute_score_batch",
             "+reward.custom_reward_function.reward_kwargs.method=ttrl",
             "+reward.custom_reward_function.reward_kwargs.rollout_n=4"])
+    from verl.workers.reward_manager import get_reward_manager_cls
+
+    assert get_reward_manager_cls(cfg.reward.reward_manager.name) is BatchRewardManager  # verl's registry
     fn = get_custom_reward_fn(cfg)
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     replies = ["3", "3", "4", "3", "7", "8", "8", "9"]
