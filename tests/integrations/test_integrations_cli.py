@@ -22,9 +22,11 @@ def test_integrations_lists_trl_methods_and_says_what_is_missing(capsys):
     assert "trl 1.16.0: OK" in out and "PolicylabGRPOTrainer methods" in out and "cispo" in out
     assert "zcpo: TRL cannot host policylab method `zcpo`" in out
     # the engine-mismatch corrections need the sampler's log-probs: hostable only with vLLM or a rollout_func
-    req = re.search(r"hostable with a requirement \((\d+)\): ([a-z_, ]+): requires (.*)", out.split("trl 1.16.0")[1])
+    req = re.search(r"hostable with a requirement \((\d+)\): ([a-z_, ]+): requires (TRL passes the sampler.*)",
+                    out.split("trl 1.16.0")[1])
     # (with them the round-extension methods whose round stage reads the sampler's log-probs)
-    assert req and req.group(2).split(", ") == ["gmc", "icepop", "kpop", "minirl", "missing_old_logits", "mis", "tis"]
+    assert req and req.group(2).split(", ") == ["gmc", "icepop", "kpop", "minirl", "mis", "missing_old_logits",
+                                             "online_icepop", "tis"]
     assert "use_vllm=True" in req.group(3) and "rollout_func" in req.group(3)
     groups = hosting.by_status(PT.ENGINE)
     counts = [len(groups[k]) for k in ("hostable", "hostable with a requirement", "refused")]

@@ -76,3 +76,48 @@ def test_extension_loss_equals_policylab_trainer(name, tiny_model_dir, tmp_path)
     grad, = torch.autograd.grad(loss, logp)
     torch.testing.assert_close(loss.detach(), ref_loss, **TIGHT)
     torch.testing.assert_close(grad, ref_grad, **TIGHT)
+
+
+def _rollout_with_logprobs(batch_prompts, trainer):
+    """Fixed completions (TRL's rollout_func) with the sampler's log-probs: a perturbation
+    of no model, so GMC's weights (ratio of the learner to the sampler) are not all 1."""
+    tok = trainer.processing_class
+    comps, logps = [], []
+    for i, p in enumerate(batch_prompts):
+        g = torch.Generator().manual_seed(sum(map(ord, p)) + 7 * i)
+        n = 3 + i % 3
+        comps.append(torch.randint(10, 500, (n,), generator=g).tolist())
+        logps.append((-1.0 - torch.rand(n, generator=g)).tolist())
+    return {"prompt_ids": [tok(p)["input_ids"] for p in batch_prompts], "completion_ids": comps, "logprobs": logps}
+
+
+@pytest.mark.parametrize("name", ["gmc", "ggpo"])
+def test_a_short_real_training_run_through_the_extension(tmp_path, tiny_model_dir, name):
+    """TRL's own loop (generation, scoring, its split of the generation batch into two
+    accumulated micro-batches, the optimizer) with a round-extension method: the columns
+    travel with TRL's tensors (a column TRL failed to split would fail the loss's shape
+    checks), the weights move and stay finite, each step logs a finite loss."""
+    cfg = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, fp16=False,
+                     per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
+                     max_completion_length=6, learning_rate=1e-3, max_steps=2, logging_steps=1, report_to="none",
+                     save_strategy="no", seed=0, remove_unused_columns=False, disable_tqdm=True,
+                     log_completions=False, use_bias_correction_kl=False)
+    reward = lambda completion_ids, **kw: [float(len(c) % 3) for c in completion_ids]  # noqa: E731
+    t = PT.PolicylabGRPOTrainer(method=name, model=str(tiny_model_dir), reward_funcs=[reward], args=cfg,
+                                train_dataset=Dataset.from_list([{"prompt": f"What is {a} + {a}?"} for a in range(8)]),
+                                rollout_func=_rollout_with_logprobs)
+    assert t._policylab_extension
+    before = {k: v.detach().clone() for k, v in t.model.named_parameters()}
+    t.train()
+    assert [k for k, v in t.model.named_parameters() if not torch.equal(v.detach(), before[k])]
+    assert all(torch.isfinite(v).all() for v in t.model.parameters())
+    logged = [h for h in t.state.log_history if "policylab/loss" in h]
+    assert len(logged) == 2 and all(torch.isfinite(torch.tensor(h["policylab/loss"])) for h in logged)
+
+
+def test_the_docs_count_the_extension_methods():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert f"for each of the {len(EXTENSION)} methods" in (docs / "integrations.md").read_text()
+    assert f"and {len(EXTENSION)} (TRL) of them" in (docs / "running-at-scale.md").read_text()

@@ -32,7 +32,7 @@ from safetensors.torch import load_file  # noqa: E402
 import verl_actor_run as R  # noqa: E402
 from policylab.backends.update import Learner, UpdateSettings, optimizer_step  # noqa: E402
 from policylab.batch import RolloutBatch, SamplingSettings  # noqa: E402
-from policylab.integrations import hosting  # noqa: E402
+from policylab.integrations import hosting, rounds  # noqa: E402
 from policylab.integrations.verl import engine as VE  # noqa: E402
 from policylab.kernels import advantages as A  # noqa: E402
 from policylab.methods.spec import RunShape  # noqa: E402
@@ -43,7 +43,8 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = str(HERE / "verl_actor_run.py")
 # token mean; an engine-mismatch correction (its requirement: verl's raw rollout weights);
 # a constant-length sum normalizer
-METHODS = {"cispo": {"eps_high": 0.28}, "tis": {}, "dr_grpo": {"L_norm": float(R.T)}}
+METHODS = {"cispo": {"eps_high": 0.28}, "tis": {}, "dr_grpo": {"L_norm": float(R.T)},
+           "gmc": {}}  # a round stage (GMC's group-capped weights) through the round extension
 REL = 1e-5
 
 
@@ -92,6 +93,14 @@ def _policylab_update(model_dir, name, params, rollout_logp):
     batch = RolloutBatch(tokens=tokens, attention_mask=attn, loss_mask=mask, prompt_width=R.P, group=group,
                          policy_version=torch.zeros(R.B, dtype=torch.long), batch_id="verl-batch", logp_old=logp_old,
                          logp_behavior=behavior, rewards=t["rewards"])
+    if m.active("round"):  # policylab's round (as Trainer.round_inputs): logp_current is the old pass here
+        batch = batch.replace(logp_current=logp_old,
+                              extras={"logp_old_version": torch.zeros(R.B, dtype=torch.long)}).validate()
+        batch, A_, _ = rounds.run_round(m, batch, m.state_objects(0), RunShape(group_size=R.N, epochs=2))
+        adv = A_.adv
+        # the round matters here: GMC's weights (0.54 to 1.16 on this batch) are far from 1, so
+        # verl training without them (or with another row's) would not give this update
+        assert float((batch.extras["gmc_weight"] - 1).abs().max()) > 0.1
     learner = Learner(model, torch.optim.SGD(model.parameters(), lr=R.LR),
                       settings=UpdateSettings(micro_batch_size=2, grad_clip=0.0, skip_zero_adv=False))
     for _ in range(2):

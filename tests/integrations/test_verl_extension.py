@@ -124,10 +124,14 @@ def test_verl_batch_reward_manager_runs_a_group_coupled_reward_stage(tiny_model_
 
     with initialize_config_dir(config_dir=os.path.dirname(cfg_pkg.__file__), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=[
+            "reward.reward_manager.name=batch",
             "reward.custom_reward_function.path=pkg://policylab.integrations.rewards",
             "reward.custom_reward_function.name=compute_score_batch",
             "+reward.custom_reward_function.reward_kwargs.method=ttrl",
             "+reward.custom_reward_function.reward_kwargs.rollout_n=4"])
+    from verl.workers.reward_manager import get_reward_manager_cls
+
+    assert get_reward_manager_cls(cfg.reward.reward_manager.name) is BatchRewardManager  # verl's registry
     fn = get_custom_reward_fn(cfg)
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     replies = ["3", "3", "4", "3", "7", "8", "8", "9"]
@@ -153,3 +157,33 @@ def test_verl_batch_reward_manager_runs_a_group_coupled_reward_stage(tiny_model_
     assert got.tolist() == naive
     with pytest.raises(PolicylabError, match="rollout_n"):
         fn(["arith"], ["3"], ["3"], [{}], method="ttrl")
+
+
+def test_verl_kl_in_the_reward_is_refused_by_the_extension():
+    """verl's use_kl_in_reward rewrites token_level_rewards; the extension reads the scores,
+    so a batch where the two differ is refused instead of losing the KL silently."""
+    B, P, T = 4, 2, 3
+    scores = torch.zeros(B, T)
+    scores[:, -1] = torch.tensor([1.0, 0, 1, 0])
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.ones(B, P, dtype=torch.long), "responses": torch.ones(B, T, dtype=torch.long),
+                 "attention_mask": torch.ones(B, P + T, dtype=torch.long), "response_mask": torch.ones(B, T),
+                 "old_log_probs": -torch.ones(B, T), "rollout_log_probs": -torch.ones(B, T),
+                 "token_level_scores": scores, "token_level_rewards": scores - 0.01},
+        non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)})
+    with pytest.raises(PolicylabError, match="use_kl_in_reward"):
+        VR.compute_advantage(data, "gmc", rollout_n=2)
+    data.batch["token_level_rewards"] = scores.clone()  # no KL in the reward: runs
+    VR.compute_advantage(data, "gmc", rollout_n=2)
+    assert "policylab.extras.gmc_weight" in data.batch.keys()
+
+
+def test_the_docs_count_the_extension_methods():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    text = (docs / "integrations.md").read_text()
+    plain = [n for n, p in hosting.plans(PV.ENGINE).items() if p.hostable and not p.extension]
+    assert f"for each of the {len(EXTENSION)} methods" in text
+    assert f"The {len(plain)} hosted by verl's own hooks" in text and f"the {len(EXTENSION)} hosted through" in text
+    assert f"{len(EXTENSION)} (verl) and" in (docs / "running-at-scale.md").read_text()

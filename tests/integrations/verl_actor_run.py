@@ -26,6 +26,9 @@ sys.path.insert(0, HERE)
 import verl_cpu  # noqa: E402  (before verl.workers: the CPU platform and engines)
 
 LR = 0.5
+# methods run through the round extension (policylab.integrations.verl.rounds): the driver's
+# compute_advantage after the old-logprob pass, the actor's loss_fn set on the worker
+EXTENSION = ("gmc",)
 B, P, T, N = 8, 4, 6, 4  # 2 prompts x 4 responses; prompt and response widths
 
 
@@ -53,6 +56,8 @@ def overrides(model_dir: str, method: str) -> list[str]:
         out.append(f"+actor_rollout_ref.actor.policy_loss.method_params.L_norm={float(T)}")
     if method == "cispo":
         out.append("+actor_rollout_ref.actor.policy_loss.method_params.eps_high=0.28")
+    if method in EXTENSION:  # the round extension reads rollout_log_probs itself
+        out.append("actor_rollout_ref.rollout.calculate_log_probs=True")
     if method in ("tis", "icepop", "kpop", "mis", "minirl"):  # the raw engine ratio (the method's requirement)
         out += ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=1e9",
                 "algorithm.rollout_correction.rollout_is_batch_normalize=False"]
@@ -107,7 +112,8 @@ def run(model_dir: str, out: str, method: str) -> None:
                  "token_level_rewards": t["token_level_rewards"]},
         non_tensors={"uid": np.array([f"prompt-{i // N}" for i in range(B)], dtype=object)})
     # the driver's part, on the whole batch: advantages over whole groups
-    full = compute_advantage(full, adv_estimator=cfg.algorithm.adv_estimator, config=cfg.algorithm)
+    if method not in EXTENSION:
+        full = compute_advantage(full, adv_estimator=cfg.algorithm.adv_estimator, config=cfg.algorithm)
     # verl's dispatch: each data-parallel rank gets one contiguous chunk
     part = full.chunk(world)[rank]
     part.meta_info.update(temperature=1.0, global_token_num=part.batch["attention_mask"].sum(-1).tolist())
@@ -120,6 +126,19 @@ def run(model_dir: str, out: str, method: str) -> None:
         behavior = (part.batch["old_log_probs"] + t["behavior_noise"][rows]).clamp(max=-1e-3)
         part.batch["rollout_log_probs"] = torch.where(rm, behavior, torch.zeros(()))
         part, _ = compute_rollout_correction_and_add_to_batch(part, cfg.algorithm.rollout_correction)
+    if method in EXTENSION:  # (one process: the round needs the whole batch, here on rank 0's part = full)
+        from functools import partial
+
+        from policylab.integrations.verl import rounds as VR
+
+        assert world == 1, "the extension's round runs in the driver on the whole batch"
+        rm = part.batch["response_mask"].bool()
+        behavior = (part.batch["old_log_probs"] + t["behavior_noise"]).clamp(max=-1e-3)
+        part.batch["rollout_log_probs"] = torch.where(rm, behavior, torch.zeros(()))
+        part.batch["token_level_scores"] = part.batch["token_level_rewards"].clone()
+        VR.compute_advantage(part, method, rollout_n=N, epochs=2)
+        full.batch["advantages"] = part.batch["advantages"]
+        worker.set_loss_fn(partial(VR.loss_fn, config=worker.actor.loss_fn.keywords["config"]))
     result = RayPPOTrainer._update_actor(trainer, part)
     state = {}
     for k, v in worker.actor.engine.module.state_dict().items():  # full_tensor is collective: every rank

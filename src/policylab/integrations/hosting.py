@@ -262,10 +262,19 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
                 if engine.extension_loss_fields.get(f) and engine.extension_loss_fields[f] not in used_req \
                         and f not in engine.loss_fields:
                     used_req.append(engine.extension_loss_fields[f])
+    loss_reads = {f for k in ("objective", "correction", "term", "addend") for s in m.active(k)
+                  if not (k == "addend" and s.name in engine.own_addends) for f in s.reads}
+    for f in sorted(loss_reads):  # a role the loss reads that the engine supplies only with a setting
+        setting = engine.batch_requires.get(f) or engine.requires.get(f)
+        if setting and setting not in used_req:
+            used_req.append(setting)
     if m.active("term"):
         used_req.append(f"one optimizer step per round (the extra loss terms {', '.join(s.name for s in m.active('term'))} "
                         "are normalized over the whole batch)")
     requires += used_req
+    if m.critic is not None:
+        needs.append(f"the critic is {engine.name}'s own (its value loss and its training); policylab's critic step "
+                     "(value clipping, pretraining) is not run, only the values reach the advantage")
     for st in m.state:
         needs.append(f"per-run state `{st.name}` ({st.doc}) is kept by the extension in memory, not in "
                      f"{engine.name}'s checkpoint: a resumed run starts it afresh")

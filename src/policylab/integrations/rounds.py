@@ -48,8 +48,6 @@ PREFIX = "policylab."
 ROW = PREFIX + "row"
 NORM = PREFIX + "norm."
 _PRODUCER_WIDTH = 96  # bytes of a producer identity carried per row
-# batch fields the engine's loss hook supplies itself (never carried as columns)
-_ENGINE_ROLES = ("logp_old", "logp_ref", "tokens", "attention_mask", "loss_mask")
 _TENSOR_FIELDS = ("group", "policy_version", "logp_behavior", "behavior_mask", "logp_current", "values", "rewards",
                   "token_rewards", "reward_vectors", "reward_intervals", "greedy_rewards")
 

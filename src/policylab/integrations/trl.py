@@ -164,10 +164,13 @@ class PolicylabGRPOTrainer(GRPOTrainer):
                     self.model, tokens, torch.cat([pm, cm], 1).long(), cm.shape[1], compute_entropy=False,
                     compute_aux_loss=False)
         B = tokens.shape[0]
-        extras = {"logp_old_version": torch.zeros(B, dtype=torch.long)} if current is not None else {}
+        # provenance: every row sampled by the weights of this step, and TRL's old pass (or the
+        # forward above) is at those weights
+        step = int(self.state.global_step)
+        extras = {"logp_old_version": torch.full((B,), step, dtype=torch.long)} if current is not None else {}
         batch = RolloutBatch(tokens=tokens, attention_mask=torch.cat([pm, cm], 1), loss_mask=mask,
                              prompt_width=pm.shape[1], group=torch.arange(B, device=cm.device) // G,
-                             policy_version=torch.zeros(B, dtype=torch.long), batch_id=f"trl-step{self.state.global_step}",
+                             policy_version=torch.full((B,), step, dtype=torch.long), batch_id=f"trl-step{step}",
                              engine="trl", logp_old=current, logp_current=current,
                              logp_ref=out.get("ref_per_token_logps"), logp_behavior=out.get("sampling_per_token_logps"),
                              rewards=rewards.float(), extras=extras).validate()
@@ -175,7 +178,7 @@ class PolicylabGRPOTrainer(GRPOTrainer):
                 for k, v in self._policylab_extra.items() if k.startswith(rounds.PREFIX)}
         batch = rounds.with_columns(batch, cols)
         batch, A, metrics = rounds.run_round(m, batch, self._policylab_state, RunShape(group_size=G),
-                                             policy_version=self.state.global_step)
+                                             policy_version=step)
         out["advantages"] = A.adv
         if old is None and current is not None and "logp_old" in {f for s in m.active("round") for f in s.reads}:
             out["old_per_token_logps"] = current

@@ -113,6 +113,21 @@ def hosting_card(name: str) -> str:
         return p.refusal()
     m = p.method
     adv = m.advantage.name
+    if p.extension:
+        lines = [f"policylab method `{name}` in verl ({p.status}, through the round extension):",
+                 f"  actor_rollout_ref.actor.policy_loss.loss_mode={loss_name(name)}",
+                 "  actor_rollout_ref.actor.policy_loss._target_=policylab.integrations.verl.PolicylabLossConfig",
+                 f"  the driver: policylab.integrations.verl.rounds.compute_advantage(batch, {name!r}, method_params, "
+                 "rollout_n=n) in place of verl's compute_advantage (the method's round stages and advantage "
+                 f"`{adv}`)",
+                 "  the actor: actor_rollout_wg.set_loss_fn(partial(policylab.integrations.verl.rounds.loss_fn, "
+                 "config=actor_config))",
+                 "  algorithm.use_kl_in_reward=False (the extension reads the scores); KL in the loss: verl's "
+                 "use_kl_loss"]
+        lines += [f"  requires: {r}" for r in p.requires]
+        lines += [f"  needs: {n}" for n in p.needs]
+        lines += [f"  outside the loss: {o}" for o in p.outside]
+        return "\n".join(lines)
     lines = [f"policylab method `{name}` in verl ({p.status}):",
              f"  actor_rollout_ref.actor.policy_loss.loss_mode={loss_name(name)}",
              "  actor_rollout_ref.actor.policy_loss._target_=policylab.integrations.verl.PolicylabLossConfig"

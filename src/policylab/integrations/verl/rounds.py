@@ -62,13 +62,17 @@ def _columns_in(data) -> dict:
     return cols
 
 
-def batch_of(data, *, batch_id: str = "verl") -> RolloutBatch:
+def batch_of(data, *, batch_id: str = "verl", step: int = 0) -> RolloutBatch:
     """The policylab batch of a verl DataProto (see the module doc)."""
     b = data.batch
     prompts, responses = b["prompts"], b["responses"]
     mask = b["response_mask"].bool()
     B = mask.shape[0]
     scores = b["token_level_scores"] if "token_level_scores" in b.keys() else b["token_level_rewards"]
+    if "token_level_rewards" in b.keys() and not torch.equal(b["token_level_rewards"], scores):
+        raise PolicylabError("verl's KL in the reward (algorithm.use_kl_in_reward=True) changed token_level_rewards; "
+                             "the round extension computes the advantages from the scores and does not combine it: "
+                             "set algorithm.use_kl_in_reward=False (a KL in the loss is verl's use_kl_loss)")
     rewards = torch.where(mask, scores, torch.zeros((), dtype=scores.dtype)).sum(-1)
     old = b["old_log_probs"] if "old_log_probs" in b.keys() else None
     get = lambda k: b[k] if k in b.keys() else None  # noqa: E731
@@ -76,11 +80,12 @@ def batch_of(data, *, batch_id: str = "verl") -> RolloutBatch:
     batch = RolloutBatch(
         tokens=torch.cat([prompts, responses], 1), attention_mask=b["attention_mask"].bool(), loss_mask=mask,
         prompt_width=prompts.shape[1], group=uid_groups(data.non_tensor_batch.get("uid"), B, mask.device),
-        policy_version=torch.zeros(B, dtype=torch.long), batch_id=batch_id, engine="verl",
+        policy_version=torch.full((B,), int(step), dtype=torch.long), batch_id=batch_id, engine="verl",
         logp_old=old, logp_current=old, logp_ref=get("ref_log_prob"), logp_behavior=get("rollout_log_probs"),
         values=get("values"), rewards=rewards,
         greedy_rewards=None if greedy is None else greedy.reshape(B, -1).sum(-1),
-        extras={"logp_old_version": torch.zeros(B, dtype=torch.long)} if old is not None else {})
+        # verl's old pass runs at the weights that sampled this step's batch
+        extras={"logp_old_version": torch.full((B,), int(step), dtype=torch.long)} if old is not None else {})
     return rounds.with_columns(batch.validate(), _columns_in(data))
 
 
@@ -88,7 +93,9 @@ def compute_advantage(data, method: str, params: dict | None = None, *, rollout_
                       epochs: int = 1, step: int = 0, state: dict | None = None):
     """verl's `compute_advantage` for a round-extension method: round and advantage
     stages on the whole batch, the loss's columns written into `data` (see the module
-    doc). Returns `data`."""
+    doc). `step` is the trainer's step (verl's `global_steps`): the batch's policy version
+    and its id (Online IcePop's single-use ledger refuses a batch id seen before).
+    Returns `data`."""
     p = hosting.plan(method, ENGINE, params)
     if not p.hostable:
         raise PolicylabError(p.refusal())
@@ -96,8 +103,9 @@ def compute_advantage(data, method: str, params: dict | None = None, *, rollout_
     if rollout_n is not None:
         m = hosting.with_run(m, RunShape(group_size=rollout_n, epochs=epochs))
     state = state if state is not None else _STATE.setdefault(m.name, m.state_objects(0))
-    batch = batch_of(data, batch_id=f"verl-step{step}")
-    batch, A, metrics = rounds.run_round(m, batch, state, RunShape(group_size=rollout_n or 1, epochs=epochs))
+    batch = batch_of(data, batch_id=f"verl-step{step}", step=step)
+    batch, A, metrics = rounds.run_round(m, batch, state, RunShape(group_size=rollout_n or 1, epochs=epochs),
+                                         policy_version=step)
     mask = batch.loss_mask
     adv = A.adv.unsqueeze(-1).expand(mask.shape) if A.adv.dim() == 1 else A.adv
     adv = torch.where(mask, adv, torch.zeros((), dtype=adv.dtype))
