@@ -142,19 +142,28 @@ def test_grin_leaves_at_least_one_own_sample_in_a_group(alpha, G, want):
 
 
 def test_graft_rows_below_the_compatibility_threshold_get_no_gradient():
-    # The compatibility gate as currently specified: an imported row with graft_keep 0
-    # (compatibility below graft_min_compat) has weight 0 in the loss, so no gradient on
-    # its tokens. Per-token loss before aggregation at ratio 1 (π_old = sg(π_θ)): −ρ·A·w,
-    # so ∂/∂lp = −A·w: rows with A = 1, −1 kept (w = 1) -> −1, +1 per token; the dropped row 0.
-    # NOTE(re-check): issue 24 item 5 changes how borrowed rows are weighted.
+    # The compatibility gate on borrowed rows: a peer row weighs min(c, cap) and 0 below
+    # graft_min_compat (0.1); a native row weighs 1 whatever its extras say. Per-token loss
+    # before aggregation at ratio 1 (π_old = sg(π_θ)): −A·w, so ∂/∂lp = −A·w per token:
+    # native A = 1 -> −1; peer c = 0.5, A = 1 -> −0.5; peer c = 0.05 (below 0.1), A = −1 -> 0.
+    import dataclasses
+
+    from policylab import methods
+    from policylab.batch.provenance import LEARNER
+    from policylab.methods.loss import policy_loss, tensor_inputs
+
     lp = torch.full((3, 2), -1.0, dtype=F64, requires_grad=True)
     mask = torch.ones(3, 2, dtype=torch.bool)
     adv = torch.tensor([1.0, 1.0, -1.0], dtype=F64)
-    extras = {"graft_keep": torch.tensor([1.0, 0.0, 1.0], dtype=F64),
-              "graft_compat": torch.tensor([1.0, 0.05, 1.0], dtype=F64)}
-    loss, _ = method_loss("graft", {"kl_coef": 0.0}, lp, adv, mask, extras=extras)
+    extras = {"graft_keep": torch.tensor([1.0, 1.0, 0.0], dtype=F64),
+              "graft_compat": torch.tensor([0.05, 0.5, 0.05], dtype=F64)}  # the native row's 0.05 is ignored
+    inp = tensor_inputs(lp, adv, mask, extras=extras)
+    inp = dataclasses.replace(inp, batch=dataclasses.replace(
+        inp.batch, source=["native", "peer:checkpoint", "peer:checkpoint"],
+        producer=[LEARNER, "checkpoint", "checkpoint"]).validate())
+    loss, _ = policy_loss(methods.get("graft").with_params({"kl_coef": 0.0}), inp)
     loss.sum().backward()
-    want = torch.tensor([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0]], dtype=F64)
+    want = torch.tensor([[-1.0, -1.0], [-0.5, -0.5], [0.0, 0.0]], dtype=F64)
     torch.testing.assert_close(lp.grad, want, rtol=1e-12, atol=1e-15)
 
 
