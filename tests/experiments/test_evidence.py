@@ -273,6 +273,10 @@ def test_card_text_of_a_measured_row_hand_worked():
                                                  "difference_se": 0.0125, "n": 3}}
     assert card_text(row) == ("observed: mean of `policy/clip_frac` 0.5 vs 0.125 for the control (grpo), difference "
                               "+0.375 ± 0.0125 over 3 seeds (benchmarks/results/evidence.md)")
+    refused = {"verdict": "refused", "why": "evidence x: nothing was run: the task's base accuracy cannot be measured: "
+                                            "the verifier `v` gives ..."}
+    assert card_text(refused) == ("refused on its task: the task's base accuracy cannot be measured "
+                                  "(benchmarks/results/evidence.md)")
     assert card_text({"verdict": "not run"}) is None
     assert card_text({"verdict": "not measurable here", "why": "declared"}) is None
 

@@ -198,7 +198,12 @@ NOT_MEASURED = "not measured"
 
 # method -> its row of benchmarks/results/evidence.json as the card states it
 # (policylab.experiments.evidence.table.card_text; regenerate after a new part of the runs)
-MECHANISM: dict[str, str] = {}
+MECHANISM: dict[str, str] = {
+    'code_opt': ("refused on its task: the task's base accuracy cannot be measured "
+        '(benchmarks/results/evidence.md)'),
+    'mad_rl': ("refused on its task: the task's base accuracy cannot be measured "
+        '(benchmarks/results/evidence.md)'),
+}
 
 
 @dataclasses.dataclass(frozen=True)

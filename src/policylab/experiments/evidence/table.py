@@ -201,8 +201,10 @@ def card_text(row: dict) -> str | None:
     if v == NOT_RUN or (v == NOT_MEASURABLE and "stats" not in row and "per_seed" not in row):
         return None
     where = "benchmarks/results/evidence.md"
-    if v == REFUSED:
-        return f"refused on its task ({row['why'][:160]}; {where})"
+    if v == REFUSED:  # the first clause of compare's refusal, e.g. "the task's base accuracy cannot be measured"
+        reason = row["why"].split("nothing was run: ", 1)[-1]
+        cut = min((i for i in (reason.find(": "), reason.find("; ")) if i > 0), default=len(reason))
+        return f"refused on its task: {reason[:cut]} ({where})"
     if "stats" not in row:
         return f"{v}: {row['why'][:200]} ({where})"
     st = row["stats"]
