@@ -3,24 +3,8 @@ for an idle machine); the share-proportional expectation, hand-worked."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(BENCH))
+from bench_scripts import load as _load
 
 
 def test_expectation_is_the_fair_share_of_runnable_threads():
