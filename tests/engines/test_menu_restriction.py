@@ -13,7 +13,8 @@ from policylab import SamplingSettings
 from policylab.engines.fast import FastEngine
 from policylab.engines.hf import HFEngine
 from policylab.errors import NonFiniteError, ShapeError
-from policylab.models.logprobs import model_logprobs, model_logprobs_at, restrict_to, token_logprobs
+from policylab.models.logprobs import model_logprobs, restrict_to, token_logprobs
+from policylab.models.vocab import model_logprobs_at
 from policylab.models.prefix import shared_prefix_or_none
 
 MENU = (32, 33, 34, 35)  # four arbitrary ids of the tiny model's vocabulary

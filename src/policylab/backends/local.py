@@ -17,7 +17,8 @@ import torch
 
 from policylab.batch import RolloutBatch, SamplingSettings
 from policylab.errors import PolicylabError
-from policylab.models.logprobs import model_logprobs, model_logprobs_at
+from policylab.models.logprobs import model_logprobs
+from policylab.models.vocab import model_logprobs_at
 from policylab.models.prefix import shared_prefix_or_none
 from policylab.backends.update import Learner, StepHooks, UpdateSettings, autocast, optimizer_step
 

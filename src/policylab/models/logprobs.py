@@ -372,34 +372,3 @@ def split_head(model: torch.nn.Module):
     config = getattr(model, "config", None)
     softcap = getattr(config, "final_logit_softcapping", None) if config is not None else None
     return decoder, head, softcap
-
-
-@torch.no_grad()
-def model_logprobs_at(
-    model: torch.nn.Module,
-    tokens: torch.Tensor,
-    attention_mask: torch.Tensor,
-    prompt_width: int,
-    ids: torch.Tensor,
-    *,
-    sampling: SamplingSettings,
-) -> torch.Tensor:
-    """Detached log-probs `[B, T, K]` of the candidate tokens `ids` `[B, T, K]` at every
-    response position, under the same sampling transform as `model_logprobs` (logits /
-    temperature, renormalized over the top-k/top-p kept set; ids outside it get -inf).
-    Used by SIS to compare the current policy with the behavior's recorded top-K."""
-    L = tokens.shape[1]
-    if ids.dim() != 3 or ids.shape[:2] != (tokens.shape[0], L - prompt_width):
-        raise ShapeError(f"`ids` must be [B, T, K] with T = {L - prompt_width}, got {tuple(ids.shape)}")
-    inp, am = tokens[:, :-1], attention_mask[:, :-1]
-    position_ids = (am.long().cumsum(-1) - 1).masked_fill(~am, 0)
-    decoder, head, softcap = split_head(model)
-    hidden = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
-    hidden = hidden.last_hidden_state[:, prompt_width - 1 :]
-    z = head(hidden).float()
-    if softcap is not None:
-        z = torch.tanh(z / softcap) * softcap
-    z = restrict_to(z / sampling.temperature, sampling.allowed_ids)
-    keep = kept_set(z, top_k=sampling.top_k, top_p=sampling.top_p)
-    lp = torch.log_softmax(z.masked_fill(~keep, float("-inf")), dim=-1)
-    return lp.gather(-1, ids)

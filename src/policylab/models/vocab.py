@@ -32,8 +32,9 @@ import torch
 from policylab.kernels.checks import check_mask
 from policylab.batch import SamplingSettings
 from policylab.errors import PolicylabError, ShapeError
+from policylab.models.logprobs import kept_set, restrict_to, split_head
 
-__all__ = ["head_stats", "response_hidden", "DEFAULT_POSITION_CHUNK", "DEFAULT_VOCAB_CHUNK"]
+__all__ = ["head_stats", "response_hidden", "model_logprobs_at", "DEFAULT_POSITION_CHUNK", "DEFAULT_VOCAB_CHUNK"]
 
 DEFAULT_POSITION_CHUNK = 512
 DEFAULT_VOCAB_CHUNK = 4096
@@ -159,3 +160,34 @@ def response_hidden(model, tokens: torch.Tensor, attention_mask: torch.Tensor, p
     decoder, head, softcap = split_head(model)
     out = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
     return out.last_hidden_state[:, prompt_width - 1:], head, softcap
+
+
+@torch.no_grad()
+def model_logprobs_at(
+    model: torch.nn.Module,
+    tokens: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_width: int,
+    ids: torch.Tensor,
+    *,
+    sampling: SamplingSettings,
+) -> torch.Tensor:
+    """Detached log-probs `[B, T, K]` of the candidate tokens `ids` `[B, T, K]` at every
+    response position, under the same sampling transform as `model_logprobs` (logits /
+    temperature, renormalized over the top-k/top-p kept set; ids outside it get -inf).
+    Used by SIS to compare the current policy with the behavior's recorded top-K."""
+    L = tokens.shape[1]
+    if ids.dim() != 3 or ids.shape[:2] != (tokens.shape[0], L - prompt_width):
+        raise ShapeError(f"`ids` must be [B, T, K] with T = {L - prompt_width}, got {tuple(ids.shape)}")
+    inp, am = tokens[:, :-1], attention_mask[:, :-1]
+    position_ids = (am.long().cumsum(-1) - 1).masked_fill(~am, 0)
+    decoder, head, softcap = split_head(model)
+    hidden = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
+    hidden = hidden.last_hidden_state[:, prompt_width - 1 :]
+    z = head(hidden).float()
+    if softcap is not None:
+        z = torch.tanh(z / softcap) * softcap
+    z = restrict_to(z / sampling.temperature, sampling.allowed_ids)
+    keep = kept_set(z, top_k=sampling.top_k, top_p=sampling.top_p)
+    lp = torch.log_softmax(z.masked_fill(~keep, float("-inf")), dim=-1)
+    return lp.gather(-1, ids)
