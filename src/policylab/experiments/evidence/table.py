@@ -209,6 +209,8 @@ def card_text(row: dict) -> str | None:
         return f"{v}: {row['why'][:200]} ({where})"
     st = row["stats"]
     se = f" ± {st['difference_se']:.3g}" if st.get("difference_se") is not None else ""
+    if st["n"] < 2:
+        v = "one seed so far, no claim"
     return (f"{v}: {row['quantity']} {st['method']:.4g} vs {st['control']:.4g} for the control ({row['control']}), "
             f"difference {st['difference']:+.3g}{se} over {st['n']} seeds ({where})")
 
