@@ -191,6 +191,26 @@ def test_a_task_whose_base_accuracy_cannot_be_measured_is_refused(tmp_path, tiny
     _refused(tmp_path, config(tmp_path, tiny_model_dir, model=str(tmp_path)), "is a directory but not a model")
 
 
+@pytest.mark.parametrize("name", ["code", "distribution"])
+def test_a_task_whose_gold_is_not_a_reply_checks_its_verifier_on_a_reference_reply(name):
+    # the gold of a code example is the function's name and of a distribution example its outcome
+    # set: neither is a reply the verifier accepts; the task's reference reply (the reference
+    # solution in a code block, one outcome alone) is, and a wrong reply still is not
+    from policylab.experiments.compare.checks import _rejected
+    from policylab.tasks.config import TaskConfig
+    from policylab.tasks.source import build_task
+
+    task = build_task(TaskConfig(name=name), seed=0)
+    held = task.heldout(4)
+    assert _rejected(task.reward_fn, held, name, task.reference_reply) == []
+    assert _rejected(task.reward_fn, held, name) == [0, 1, 2, 3]
+    assert _rejected(task.reward_fn, held, name, lambda e: "no idea") == [0, 1, 2, 3]
+    if name == "code":
+        assert task.reference_reply(held[0]).startswith("```python\n")
+    else:
+        assert task.reference_reply(held[0]) == held[0].meta["classes"][0]
+
+
 def test_a_method_the_task_cannot_feed_is_refused(tmp_path, tiny_model_dir):
     pytest.importorskip("reasoning_gym")
     # spell_backward's answers are words: Range-GRPO's interval judge reads numbers

@@ -54,6 +54,14 @@ def main(model_dir: str, out: str, per_device: int, accumulation: int, method: s
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
         save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, out)
+    # end the gloo group before the interpreter does: left to interpreter exit, the group's
+    # threads are torn down in no fixed order and a rank can abort ("terminate called without
+    # an active exception") after its work is done
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

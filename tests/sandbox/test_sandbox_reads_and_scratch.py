@@ -109,6 +109,17 @@ def test_an_answer_written_before_it_was_asked_ends_the_run():
     assert r.status == "violation" and "before it was asked" in r.detail and not r.ran
 
 
+def test_a_forged_answer_read_before_the_real_one_is_still_caught():
+    # the forged line arrives alone and is read as call 1's answer; the real answer lands only
+    # after the parent has sent call 2, so the stream is one line out of step: the parent finds
+    # the answer lines left over when the child ends and refuses the run
+    src = ("import os, sys, time\ndef f(x):\n"
+           "    os.write(int(sys.argv[4]), b'{\"output\": 99, \"error\": null}\\n')\n"
+           "    time.sleep(0.3)\n    return x\n")
+    r = sb.run_job(_job(src, calls=[(1,), (2,)]), POLICY)
+    assert r.status == "violation" and "before it was asked" in r.detail and not r.ran
+
+
 def test_a_malformed_answer_ends_the_run():
     src = "import os, sys\ndef f(x):\n    os.write(int(sys.argv[4]), b'not json\\n')\n    os._exit(0)\n"
     r = sb.run_job(_job(src), POLICY)

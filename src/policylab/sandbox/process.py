@@ -124,6 +124,23 @@ class Process:
             return bool(chunk)
         return False
 
+    def _answers_left(self) -> bool:
+        """After the child ended: is anything left on the answer pipe that no request asked for?"""
+        if self._buf.strip():
+            return True
+        while True:
+            r, _, _ = select.select([self.resp], [], [], 0)
+            if not r:
+                return False
+            try:
+                chunk = os.read(self.resp, 1 << 16)
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            if chunk.strip():
+                return True
+
     def request(self, obj: dict) -> Any:
         """Write one request, read one answer (parsed JSON); None when the session failed."""
         if self.problem is not None:
@@ -174,6 +191,10 @@ class Process:
                 kill_group(self.pid)
                 self.proc.wait()
             wall = time.perf_counter() - self.t0
+            if self.ready and self.problem is None and self._answers_left():
+                # more answer lines than requests: a forged answer slipped in between two real
+                # ones (the parent read it as the answer, the real one was still on its way)
+                self.problem = ("violation", "the candidate wrote an answer before it was asked")
             leftover = leftovers(self.pid, self.uid)
             lim = self.limits
             for f in (self.out, self.err, self.rep):

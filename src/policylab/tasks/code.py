@@ -213,6 +213,11 @@ class CodeTask:
         return Example(PROMPT.format(signature=p.signature, description=p.description), name,
                        {"problem": name, "split": split, **meta})
 
+    @staticmethod
+    def reference_reply(example: Example) -> str:
+        """A reply the verifier must accept: the problem's reference solution in a code block."""
+        return f"```python\n{PROBLEMS[example.meta['problem']].reference.strip()}\n```"
+
     def train_prompts(self, n: int) -> list[Example]:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise PolicylabError(f"`n` must be an int >= 0, got {n!r}")

@@ -74,6 +74,11 @@ class DistributionTask:
         return Example(prompt, "|".join(classes), {"key": key, "classes": list(classes), "mapper": self.mapper,
                                                    "target": [*target, 0.0], "split": split, **meta})
 
+    @staticmethod
+    def reference_reply(example: Example) -> str:
+        """A reply the verifier must accept: one of the example's outcomes, alone."""
+        return example.meta["classes"][0]
+
     def train_prompts(self, n: int) -> list[Example]:
         out = []
         for _ in range(n):

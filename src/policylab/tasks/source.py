@@ -21,6 +21,9 @@ class TaskSource:
     state_dict: Callable[[], dict]
     load_state_dict: Callable[[dict], None]
     describe: str
+    # a reply the verifier must accept for an example (a sanity check of the verifier before a
+    # comparison measures a base accuracy); None: the gold answer text itself is such a reply
+    reference_reply: Callable[[object], str] | None = None
 
 
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -132,7 +135,7 @@ def _more_tasks(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
         desc = (f"draws from stated distributions: {len(t.train)} train / {t.heldout_size()} held-out prompts "
                 f"(class mapper {cfg.class_mapper})")
     return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
-                      t.load_state_dict, desc)
+                      t.load_state_dict, desc, getattr(t, "reference_reply", None))
 
 
 def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:

@@ -93,7 +93,7 @@ def task_problems(plan: Plan, cfg: RunConfig) -> list[str]:
     verifier = verifier_name(cfg.task)
     fn = task.reward_fn if sample else None
     try:
-        zero = _rejected(fn, sample, verifier)
+        zero = _rejected(fn, sample, verifier, task.reference_reply)
     except Exception as exc:  # the verifier's own code: any failure means no base accuracy
         return [f"{_NO_BASE}: the verifier `{verifier}` fails on the held-out "
                 f"reference answers: {type(exc).__name__}: {' '.join(str(exc).split())}"]
@@ -101,8 +101,8 @@ def task_problems(plan: Plan, cfg: RunConfig) -> list[str]:
     if zero:
         e = sample[zero[0]]
         problems.append(f"{_NO_BASE}: the verifier `{verifier}` gives the "
-                        f"reference answer itself 0 on {len(zero)} of {len(sample)} held-out examples, e.g. "
-                        f"answer {str(e.answer)!r} of prompt {e.prompt[:80]!r}")
+                        f"reference {'reply' if task.reference_reply else 'answer'} itself 0 on {len(zero)} of "
+                        f"{len(sample)} held-out examples, e.g. answer {str(e.answer)!r} of prompt {e.prompt[:80]!r}")
     return problems + _feed_all(plan, cfg, held)
 
 
@@ -122,14 +122,16 @@ def _model_problem(cfg: RunConfig) -> str | None:
     return None
 
 
-def _rejected(reward_fn, sample: list, verifier: str) -> list[int]:
-    """Indices of the held-out examples whose own reference answer the task's verifier
-    (`reward_fn`) scores 0; its exceptions propagate."""
+def _rejected(reward_fn, sample: list, verifier: str, reference_reply=None) -> list[int]:
+    """Indices of the held-out examples whose own reference reply (`reference_reply(e)`, by
+    default the gold answer text) the task's verifier (`reward_fn`) scores 0; its exceptions
+    propagate."""
     from policylab.kernels.rewards import combine_rewards
 
     if not sample:
         return []
-    scores, _ = combine_rewards([(verifier, reward_fn, 1.0)], [str(e.answer) for e in sample],
+    replies = [reference_reply(e) if reference_reply else str(e.answer) for e in sample]
+    scores, _ = combine_rewards([(verifier, reward_fn, 1.0)], replies,
                                 [e.answer for e in sample], prompts=[e.prompt for e in sample])
     return [i for i, v in enumerate(scores.tolist()) if not v > 0]
 
