@@ -1,0 +1,99 @@
+"""Run the evidence table in parts: one `policylab evidence NAME --seeds S` per (method, seed),
+taken from one queue by a few worker processes, so that a 2-core machine can fill it over
+hours and any interruption loses at most the runs in flight (which resume from their last
+checkpoint when taken again).
+
+    .venv/bin/python benchmarks/evidence_parts.py --workers 2 --threads 1 --seeds 0,1,2 \\
+        -- --out runs/evidence --steps 4 --eval-n 40 --set rollout.prompts_per_step=4 ...
+
+The arguments after `--` are passed to every `policylab evidence` call (they must be the
+same for every part: the table reads the runs that match them). Items run seed by seed in
+the order of `--order` (default: methods whose control is plain GRPO on the shared task
+first, so one control run serves many); two workers never take the same (method, seed).
+A part that fails (for instance because another worker holds a shared control run's lock)
+goes back to the end of the queue, at most `--retries` times; its log is kept in
+`<out>/parts/`. At the end (or with --report-only) the table is written once from every
+finished run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ORDER = ("gspo cispo dapo dr_grpo gppo gppo_fdiv ripo tapo reco conspo ggpo gprl grpo_process reinforce_pp "
+         "reinforce_pp_baseline zcpo erpo luspo range_grpo stare rlcpr luffy grin graft erils moer off_context_grpo "
+         "grpo probe_erpo ttrl ttpo tasco tis icepop kpop minirl mis online_icepop missing_old_logits gmc sis remax "
+         "rloo rlid tlm_dre mad_rl code_opt").split()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="POLICYLAB_THREADS of each worker's runs")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--order", default=" ".join(ORDER), help="methods, space-separated, in the order to run")
+    ap.add_argument("--retries", type=int, default=2)
+    ap.add_argument("--report-dir", default=None, help="passed to the final `--all --report-only` call")
+    ap.add_argument("--report-only", action="store_true")
+    a = ap.parse_args(own)
+    if "--out" not in rest:
+        ap.error("pass the evidence settings after `--`, at least --out DIR")
+    out = Path(rest[rest.index("--out") + 1])
+    exe = str(Path(sys.executable).with_name("policylab"))
+    seeds = [s.strip() for s in a.seeds.split(",") if s.strip()]
+    queue = [(m, s) for s in seeds for m in a.order.split()]
+    lock, tries, busy = threading.Lock(), {}, set()
+    logs = out / "parts"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "POLICYLAB_THREADS": str(a.threads)}
+
+    def take():
+        with lock:
+            for i, (m, s) in enumerate(queue):
+                if (m, s) not in busy:
+                    busy.add((m, s))
+                    return queue.pop(i)
+            return None
+
+    def worker(k: int) -> None:
+        while not a.report_only:
+            item = take()
+            if item is None:
+                return
+            m, s = item
+            t0 = time.time()
+            with open(logs / f"{m}-seed{s}.log", "a") as log:
+                rc = subprocess.call([exe, "evidence", m, "--seeds", s, *rest], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT)
+            with lock:
+                busy.discard(item)
+                print(f"[worker {k}] {m} seed {s}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+                if rc != 0:
+                    tries[item] = tries.get(item, 0) + 1
+                    if tries[item] <= a.retries:
+                        queue.append(item)
+                    else:
+                        print(f"[worker {k}] {m} seed {s}: gave up (log {logs / f'{m}-seed{s}.log'})", flush=True)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(a.workers)]
+    for t in threads:
+        t.start()
+        time.sleep(20)  # the first run loads the model into the cache; do not race it
+    for t in threads:
+        t.join()
+    final = [exe, "evidence", "--all", "--report-only", "--seeds", ",".join(seeds), *rest]
+    if a.report_dir:
+        final += ["--report-dir", a.report_dir]
+    return subprocess.call(final, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
