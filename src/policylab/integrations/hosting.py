@@ -88,6 +88,11 @@ class Engine:
     batch_requires: Mapping[str, str] = field(default_factory=dict)
     row_sources: Mapping[str, str] = field(default_factory=dict)
     extension_loss_fields: Mapping[str, str] = field(default_factory=dict)
+    # sources whose rows the engine's own rollout makes, with per-row columns the user adds
+    # (source stage -> how), and worker calls a round stage makes that one of the engine's
+    # own passes already computes (capability -> the setting or trainer change that keeps it)
+    own_rows: Mapping[str, str] = field(default_factory=dict)
+    worker_passes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -201,7 +206,8 @@ def _plain_plan(method: Method | str, engine: Engine, overrides: Mapping[str, An
 
 _SERVICE = {"worker.prompt_logprobs": "the learner's log-probs over the prompt tokens",
             "worker.logprobs_at": "the learner's log-probs at token ids other than the sampled ones",
-            "worker.vocab_stats": "full-vocabulary statistics of a forward (entropy / KL over the vocabulary)"}
+            "worker.vocab_stats": "the full-vocabulary entropy of a forward at the round's start",
+            "worker.vocab_kl": "the full-vocabulary KL to the reference at every position (both models' logits at once)"}
 
 
 def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
@@ -217,7 +223,10 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
     avail = set(engine.batch_fields)
     req_fields: dict[str, str] = dict(engine.batch_requires)
     if m.source is not sources.ON_POLICY:
-        if m.source.name in engine.row_sources:
+        if m.source.name in engine.own_rows:
+            requires.append(f"the rows of source `{m.source.name}` from {engine.own_rows[m.source.name]}")
+            avail |= set(m.source.writes)
+        elif m.source.name in engine.row_sources:
             requires.append(f"the rows of source `{m.source.name}` appended to the engine's batch "
                             f"({engine.row_sources[m.source.name]}), each with its provenance (source, producer) "
                             f"and its behavior log-probs on behavior_mask, as policylab columns "
@@ -247,6 +256,10 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
 
     for s in m.active("round"):
         for n in s.needs:
+            if n in engine.worker_passes:
+                if engine.worker_passes[n] not in requires:
+                    requires.append(engine.worker_passes[n])
+                continue
             reasons.append(f"round stage `{s.name}` needs {_SERVICE.get(n, n)} (policylab's `{n}`), which "
                            f"{engine.name} does not compute")
         need(s, "round stage")

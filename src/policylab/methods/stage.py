@@ -20,7 +20,8 @@ ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
 CAPABILITIES = {
     "rollout.greedy": "greedy decoding of prompts (e.g. ReMax's baseline, probes, retention answers)",
     "worker.logprobs_at": "the current policy's log-probs of given candidate ids at every response position",
-    "worker.vocab_stats": "full-vocabulary entropy (and KL to the reference) at every response position",
+    "worker.vocab_stats": "full-vocabulary entropy at every response position",
+    "worker.vocab_kl": "full-vocabulary KL to the reference at every response position (vocab_stats(kl_to_reference=True))",
     "worker.prompt_logprobs": "a role's log-probs of the prompt tokens",
     "worker.continuation_logprobs": "the policy's log-probability of a continuation after each reply",
 }
