@@ -282,14 +282,22 @@ def test_card_text_of_a_measured_row_hand_worked():
 
 
 def test_a_method_its_task_cannot_evaluate_is_refused_without_stopping_the_others(tmp_path):
+    import dataclasses
+
     from policylab.experiments.evidence.arms import build_plans
 
-    arms, refused, plans = build_plans([MECHANISMS["code_opt"], MECHANISMS["gspo"]], Settings(out_dir=tmp_path))
-    # compare's check: the code task's verifier gives its own reference answers 0, so no base accuracy
-    assert set(refused) == {"code_opt"} and "base accuracy cannot be measured" in refused["code_opt"]
+    # cispo's control scored by a verifier that gives everything 0: compare's check finds that the
+    # reference answers score 0, so no base accuracy, and refuses that method only
+    bad = dataclasses.replace(MECHANISMS["cispo"], control_run={"task": {"reward": "trainer_utils:zero_reward"}})
+    arms, refused, plans = build_plans([bad, MECHANISMS["gspo"]], Settings(out_dir=tmp_path))
+    assert set(refused) == {"cispo"} and "base accuracy cannot be measured" in refused["cispo"]
     assert set(arms) == {"gspo"} and set(plans) == {"gspo"}
     assert [(r.label, r.seed) for r in plans["gspo"].runs] == [(lab, s) for lab in ("gspo", "grpo") for s in (0, 1, 2)]
     assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+    # the code and distribution tasks check their verifier on a reference reply (not the gold
+    # text, which no verifier of theirs accepts): their methods plan
+    arms, refused, _ = build_plans([MECHANISMS["code_opt"], MECHANISMS["mad_rl"]], Settings(out_dir=tmp_path))
+    assert refused == {} and set(arms) == {"code_opt", "mad_rl"}
 
 
 def test_the_mechanisms_own_settings_win_over_the_commands_set(tmp_path):
