@@ -164,6 +164,17 @@ def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_pat
         "cispo-seed0", "cispo-seed1", "grpo-seed0", "grpo-seed1", "gspo-seed0", "gspo-seed1"]
     assert rows["cord"]["verdict"] == "not measurable here" and "retention" in rows["cord"]["why"]
     assert rows["dapo"]["verdict"] == "not run"
+    # the capability table: each method arm against the plain-GRPO run of its group, paired by seed
+    cap = {r["method"]: r for r in table["capability"]}
+    assert set(cap) == {"gspo", "cispo"}
+    for name in ("gspo", "cispo"):
+        c, mine = cap[name], rows[name]["capability"]
+        assert c["seeds"] == [0, 1] and c["optimizer_steps"] == [4, 4]
+        assert c["difference"] == pytest.approx(mine["paired_accuracy"]["difference"])
+        if c["difference_se"] is not None:  # 95% t interval with 1 degree of freedom
+            assert c["interval"] == pytest.approx([c["difference"] - 12.706 * c["difference_se"],
+                                                   c["difference"] + 12.706 * c["difference_se"]])
+    assert "## Held-out accuracy against GRPO on the same prompts" in (tmp_path / "ev" / "evidence.md").read_text()
     # the cost line: distinct runs (shared controls once) x seeds, and the mean measured wall-clock per run
     distinct = {(a.group, a.label) for m in MECHANISMS.values() if m.measurable for a in arms_of(m, s)}
     assert table["cost"]["runs_needed"] == 2 * len(distinct) and table["cost"]["seconds_per_run"] > 0
@@ -240,7 +251,10 @@ def test_every_card_states_four_levels_derived_from_measured_results():
     for name in methods.names():
         lv = ev.levels(name)
         assert lv.formula == ev.FORMULA and lv.scale in (ev.SCALE, ev.SCALE_TRL)
-        assert (lv.capability == ev.NOT_MEASURED) == (name not in ev._CAPABILITY), name
+        if name in ev._CAPABILITY:
+            assert lv.capability == ev.EVIDENCE[name]
+        else:
+            assert lv.capability == ev.CAPABILITY_RUNS.get(name, ev.NOT_MEASURED), name
         decl = MECHANISMS[name]
         if name in ev.MECHANISM:
             assert lv.mechanism == ev.MECHANISM[name]
@@ -257,12 +271,13 @@ def test_every_card_states_four_levels_derived_from_measured_results():
 def test_card_mechanism_levels_agree_with_the_committed_evidence_table():
     from pathlib import Path
 
-    from policylab.experiments.evidence.table import card_texts
+    from policylab.experiments.evidence.table import capability_texts, card_texts
     from policylab.methods import evidence as ev
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "evidence.json"
-    want = card_texts(json.loads(path.read_text())) if path.is_file() else {}
-    assert ev.MECHANISM == want
+    table = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    assert ev.MECHANISM == card_texts(table)
+    assert ev.CAPABILITY_RUNS == capability_texts(table)
 
 
 def test_card_text_of_a_measured_row_hand_worked():
@@ -279,6 +294,38 @@ def test_card_text_of_a_measured_row_hand_worked():
                                   "(benchmarks/results/evidence.md)")
     assert card_text({"verdict": "not run"}) is None
     assert card_text({"verdict": "not measurable here", "why": "declared"}) is None
+
+
+def test_capability_card_text_hand_worked_and_its_chinese():
+    from policylab.experiments.evidence.table import capability_card_text, card_text
+    from policylab.learn.glossary import generated_zh
+
+    # d = [+0.075, +0.025, +0.05]: mean 0.05, s.e. 0.0144; 95% t (2 df, 4.303): ± 0.0621
+    row = {"seeds": [0, 1, 2], "method_accuracy": {"mean": 0.5}, "grpo_accuracy": {"mean": 0.45},
+           "difference": 0.05, "difference_se": 0.0144, "interval": [0.05 - 0.0621, 0.05 + 0.0621], "seeds_needed": 3}
+    text = capability_card_text(row, 4)
+    assert text == ("held-out accuracy after 4 rollout steps on its evidence task, 3 seeds: 50.0% vs GRPO's 45.0% on "
+                    "the same prompts, difference +5.0% ± 1.4% (95% interval [-1.2%, +11.2%], not significant); about 3 "
+                    "seeds would make a difference of this size significant (benchmarks/results/evidence.md)")
+    assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的留出准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
+                                  "+5.0% ± 1.4%（95% 区间 [-1.2%, +11.2%]，不显著）；约需 3 个种子才能使这样大小的差显著"
+                                  "（benchmarks/results/evidence.md）")
+    sig = capability_card_text({**row, "interval": [0.01, 0.09]}, 4)
+    assert "(95% interval [+1.0%, +9.0%], significant) (benchmarks" in sig and "seeds would" not in sig
+    assert "，显著）（" in generated_zh(sig)
+    one = capability_card_text({**row, "seeds": [0], "difference_se": None, "interval": None}, 4)
+    assert one.endswith("1 seed: 50.0% vs GRPO's 45.0% on the same prompts, difference +5.0%; one seed so far, no claim "
+                        "(benchmarks/results/evidence.md)")
+    assert generated_zh(one).endswith("差为 +5.0%；目前只有一个种子，不作结论（benchmarks/results/evidence.md）")
+    mech = card_text({"verdict": "observed", "quantity": "late-half mean of `policy/entropy`",
+                      "control": "dapo with eps_high=0.2", "stats": {"method": 0.5, "control": 0.4, "difference": 0.1,
+                                                                     "difference_se": 0.01, "n": 3}})
+    assert generated_zh(mech) == ("已观察到：`policy/entropy` 的后半程均值为 0.5，对照组（dapo，eps_high=0.2）为 0.4，3 个种子上的差为 "
+                                  "+0.1 ± 0.01（benchmarks/results/evidence.md）")
+    never = card_text({"verdict": "not measurable here", "quantity": "mean of `a/b`", "per_seed": {}})
+    assert never == ("not measurable here: the runs never logged `a/b` as a finite number at this size and budget "
+                     "(benchmarks/results/evidence.md)")
+    assert generated_zh("free text") is None
 
 
 def test_a_method_its_task_cannot_evaluate_is_refused_without_stopping_the_others(tmp_path):

@@ -273,8 +273,8 @@ def card_text(row: dict) -> str | None:
         reason = row["why"].split("nothing was run: ", 1)[-1]
         cut = min((i for i in (reason.find(": "), reason.find("; ")) if i > 0), default=len(reason))
         return f"refused on its task: {reason[:cut]} ({where})"
-    if "stats" not in row:
-        return f"{v}: {row['why'][:200]} ({where})"
+    if "stats" not in row:  # measurable, but the runs never logged the quantity
+        return f"{v}: the runs never logged `{row['quantity'].split('`')[1]}` as a finite number at this size and budget ({where})"
     st = row["stats"]
     se = f" ± {st['difference_se']:.3g}" if st.get("difference_se") is not None else ""
     if st["n"] < 2:
