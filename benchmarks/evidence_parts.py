@@ -55,9 +55,20 @@ def _finished_runs(root: Path):
             yield rep.parent
 
 
-def copy_finished(src: Path, dest: Path) -> int:
-    """Copy the kept files of every finished run under `src` that `dest` lacks (or holds older); returns the count."""
+def copy_finished(src: Path, dest: Path, as_out: str | None = None) -> int:
+    """Copy the kept files of every finished run under `src` that `dest` lacks (or holds older); returns the count.
+    With `as_out`, the out directory's path in the copied files (config run_dir, commands) is written as
+    `as_out` (the archive holds no machine's absolute paths)."""
     import shutil
+
+    def put(a: Path, b: Path) -> None:
+        if as_out is None:
+            shutil.copyfile(a, b)
+            return
+        text = a.read_text()
+        for prefix in sorted({str(src), str(src.resolve())}, key=len, reverse=True):
+            text = text.replace(prefix, as_out)
+        b.write_text(text)
 
     n = 0
     for run in _finished_runs(src):
@@ -67,15 +78,18 @@ def copy_finished(src: Path, dest: Path) -> int:
         to.mkdir(parents=True, exist_ok=True)
         for name in KEPT:
             if (run / name).is_file():
-                shutil.copyfile(run / name, to / name)
+                put(run / name, to / name)
         n += 1
     if (src / STATE).is_file() and not (dest / STATE).is_file():
-        shutil.copyfile(src / STATE, dest / STATE)
+        put(src / STATE, dest / STATE)
     elif (src / STATE).is_file():  # the union of the commands, in order
         import json
 
         have = json.loads((dest / STATE).read_text()).get("commands", [])
-        new = [c for c in json.loads((src / STATE).read_text()).get("commands", []) if c not in have]
+        theirs = json.loads((src / STATE).read_text()).get("commands", [])
+        if as_out is not None:
+            theirs = [c.replace(str(src.resolve()), as_out).replace(str(src), as_out) for c in theirs]
+        new = [c for c in theirs if c not in have]
         if new:
             (dest / STATE).write_text(json.dumps({"commands": have + new}, indent=2))
     return n
@@ -96,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archive", default=str(Path(__file__).resolve().parent / "results" / "evidence_runs"),
                     help="where finished runs' logs are kept with the repository ('' for nowhere)")
     ap.add_argument("--archive-only", action="store_true", help="copy finished runs' logs to --archive and exit")
+    ap.add_argument("--as-out", default="runs/evidence", help="the out directory as the archived files name it")
     a = ap.parse_args(own)
     if "--out" not in rest:
         ap.error("pass the evidence settings after `--`, at least --out DIR")
@@ -104,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if archive is not None:
         archive.mkdir(parents=True, exist_ok=True)
         if a.archive_only:
-            print(f"archived {copy_finished(out, archive)} finished run(s) to {archive}")
+            print(f"archived {copy_finished(out, archive, a.as_out)} finished run(s) to {archive}")
             return 0
         out.mkdir(parents=True, exist_ok=True)
         print(f"restored {copy_finished(archive, out)} finished run(s) from {archive}", flush=True)
@@ -137,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 busy.discard(item)
                 if archive is not None:
-                    copy_finished(out, archive)
+                    copy_finished(out, archive, a.as_out)
                 print(f"[worker {k}] {m} seed {s}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
                 if rc != 0:
                     tries[item] = tries.get(item, 0) + 1
