@@ -163,6 +163,8 @@ def zh(text: str) -> str | None:
     if not str(text).strip():
         return ""
     direct = _data()[1].get(_norm(text))
+    if direct is None:
+        direct = generated_zh(text)
     m = _LEVELS.match(_norm(text)) if direct is None else None
     if m is None:
         return direct
