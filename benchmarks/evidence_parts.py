@@ -35,7 +35,7 @@ from pathlib import Path
 ORDER = ("gspo cispo dapo dr_grpo gppo gppo_fdiv ripo tapo reco conspo ggpo gprl grpo_process reinforce_pp "
          "reinforce_pp_baseline zcpo erpo luspo range_grpo stare rlcpr luffy grin graft erils moer off_context_grpo "
          "grpo probe_erpo ttrl ttpo tasco tis icepop kpop minirl mis online_icepop missing_old_logits gmc sis remax "
-         "rloo rlid tlm_dre mad_rl code_opt").split()
+         "rloo rlid tlm_dre mad_rl code_opt rlcr").split()
 
 
 KEPT = ("report.json", "metrics.jsonl", "config.yaml")

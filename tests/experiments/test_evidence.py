@@ -91,6 +91,8 @@ def test_quantity_reductions_hand_worked():
     assert Quantity("k", "late")(five) == pytest.approx(4.0)
     assert Quantity("k", "late")([{"step": 1, "k": 7.0}]) == 7.0  # one value: itself
     assert Quantity("k")([{"step": 1, "other": 1.0}]) is None
+    # final: the value of the last step that logged it (4 at step 4; the NaN at 5 and the bool at 6 skipped)
+    assert Quantity("k", "final")(rows) == 4.0 and Quantity("k", "final").label == "final value of `k`"
     with pytest.raises(ValueError, match="reduce"):
         Quantity("k", "median")
 
@@ -101,7 +103,7 @@ def test_each_declared_quantity_reads_its_key_hand_worked(name):
     assert q.reduce in REDUCTIONS
     rows = [{"step": 1, q.key: 0.5, "noise": 9.0}, {"step": 2, q.key: 1.5}, {"step": 3, q.key: 2.0},
             {"step": 4, q.key: 4.0}, {"step": 5, "noise": 1.0}]
-    want = {"mean": 2.0, "late": 3.0}[q.reduce]  # (0.5+1.5+2+4)/4 ; (2+4)/2
+    want = {"mean": 2.0, "late": 3.0, "final": 4.0}[q.reduce]  # (0.5+1.5+2+4)/4 ; (2+4)/2 ; the last
     assert q(rows) == pytest.approx(want, abs=1e-12)
     assert q([{"step": 1, "noise": 1.0}]) is None
 
@@ -296,6 +298,30 @@ def test_card_text_of_a_measured_row_hand_worked():
     assert card_text({"verdict": "not measurable here", "why": "declared"}) is None
 
 
+def test_stated_confidence_probe_hand_worked():
+    from policylab.tasks.confidence import ConfidenceTask
+
+    replies = ["7\nConfidence: 0.9", "8\nConfidence: 0.2", "5", "3\nConfidence: 1.5", "4\nconfidence: 60%"]
+    correct = [True, False, True, False, True]
+    # parsed: 0.9 (right), 0.2 (wrong), 0.6 (right); "5" has none, 1.5 is out of range
+    # Brier = ((0.9-1)^2 + (0.2-0)^2 + (0.6-1)^2) / 3 = (0.01 + 0.04 + 0.16) / 3 = 0.07
+    m = ConfidenceTask.heldout_metrics(replies, correct)
+    assert m["confidence/parsed"] == 3 and m["confidence/parsed_frac"] == pytest.approx(0.6)
+    assert m["confidence/brier"] == pytest.approx(0.07) and m["confidence/mean"] == pytest.approx(1.7 / 3)
+    naive = [(q - c) ** 2 for q, c in ((0.9, 1), (0.2, 0), (0.6, 1))]
+    assert m["confidence/brier"] == pytest.approx(sum(naive) / len(naive))
+    # nothing parseable: no Brier at all, never a made-up value
+    assert ConfidenceTask.heldout_metrics(["5", "6"], [True, False]) == {"confidence/parsed_frac": 0.0,
+                                                                          "confidence/parsed": 0}
+    with pytest.raises(ValueError, match="2 replies but 1"):
+        ConfidenceTask.heldout_metrics(["5", "6"], [True])
+    # the evidence rows: RLCR's quantity reads the evaluation after training, not the base one
+    q = MECHANISMS["rlcr"].quantity
+    rows = [{"step": 0, "eval/confidence/brier": 0.5}, {"step": 1, "reward/mean": 0.1},
+            {"step": 2, "reward/mean": 0.2}, {"step": 2, "eval/confidence/brier": 0.25}]
+    assert q(rows) == 0.25 and MECHANISMS["rlcr"].direction == -1
+
+
 def test_capability_card_text_hand_worked_and_its_chinese():
     from policylab.experiments.evidence.table import capability_card_text, card_text
     from policylab.learn.glossary import generated_zh
@@ -307,7 +333,7 @@ def test_capability_card_text_hand_worked_and_its_chinese():
     assert text == ("held-out accuracy after 4 rollout steps on its evidence task, 3 seeds: 50.0% vs GRPO's 45.0% on "
                     "the same prompts, difference +5.0% ± 1.4% (95% interval [-1.2%, +11.2%], not significant); about 3 "
                     "seeds would make a difference of this size significant (benchmarks/results/evidence.md)")
-    assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的留出准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
+    assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的保留集准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
                                   "+5.0% ± 1.4%（95% 区间 [-1.2%, +11.2%]，不显著）；约需 3 个种子才能使这样大小的差显著"
                                   "（benchmarks/results/evidence.md）")
     sig = capability_card_text({**row, "interval": [0.01, 0.09]}, 4)

@@ -108,7 +108,7 @@ def status_parts(text: str) -> list[str] | None:
 # the mechanism and capability levels measured by `policylab evidence` are generated from one
 # template each (policylab.experiments.evidence.table.card_text / capability_card_text): their
 # Chinese is generated from the same parts, so a new measurement needs no new glossary entry
-_MECH_RE = re.compile(r"^(?P<v>observed|not observed|one seed so far, no claim): (?P<red>mean|late-half mean) of "
+_MECH_RE = re.compile(r"^(?P<v>observed|not observed|one seed so far, no claim): (?P<red>mean|late-half mean|final value) of "
                       r"`(?P<key>[^`]+)` (?P<m>\S+) vs (?P<c>\S+) for the control \((?P<ctl>.+)\), difference "
                       r"(?P<d>\S+)(?: ± (?P<se>\S+))? over (?P<n>\d+) seeds \((?P<where>[^()]+)\)$")
 _CAP_RE = re.compile(r"^held-out accuracy after (?P<steps>\d+) rollout steps on its evidence task, (?P<n>\d+) seeds?: "
@@ -129,12 +129,12 @@ def generated_zh(value: str) -> str | None:
     """The Chinese of a generated mechanism or capability level, or None when `value` is not one."""
     value = _norm(value)
     if m := _MECH_RE.match(value):
-        red = "均值" if m["red"] == "mean" else "后半程均值"
+        red = {"mean": "均值", "late-half mean": "后半程均值", "final value": "最终值"}[m["red"]]
         se = f" ± {m['se']}" if m["se"] else ""
         return (f"{_VERDICT_ZH[m['v']]}：`{m['key']}` 的{red}为 {m['m']}，对照组（{_control_zh(m['ctl'])}）为 "
                 f"{m['c']}，{m['n']} 个种子上的差为 {m['d']}{se}（{m['where']}）")
     if m := _CAP_RE.match(value):
-        out = (f"在其证据任务上训练 {m['steps']} 个采样步后的留出准确率（{m['n']} 个种子）：{m['m']}，同一批提示上 GRPO 为 "
+        out = (f"在其证据任务上训练 {m['steps']} 个采样步后的保留集准确率（{m['n']} 个种子）：{m['m']}，同一批提示上 GRPO 为 "
                f"{m['g']}，差为 {m['d']}")
         if m["se"]:
             sig = "显著" if m["sig"] == "significant" else "不显著"

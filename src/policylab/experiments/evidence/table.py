@@ -37,6 +37,10 @@ def _finished(arm, seed: int):
         warnings.simplefilter("ignore")
         records = read_records(d / "metrics.jsonl")
     rows = read_metrics(d / "metrics.jsonl", records)
+    # held-out evaluations, at the step they describe (after the step rows of that step): the
+    # quantities of held-out measures (eval/...) read them, the others never see their keys
+    rows += [{**{k: v for k, v in rec.items() if k.startswith("eval/")}, "step": rec["at_step"]}
+             for rec in records if rec.get("event") == "eval" and isinstance(rec.get("at_step"), int)]
     from types import SimpleNamespace
 
     res = run_result(SimpleNamespace(label=arm.label, method=arm.method, seed=seed, run_dir=d))
