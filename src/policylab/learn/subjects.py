@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from policylab import methods
+from policylab.learn.index import norm
 from policylab.methods.registry import UnknownMethodError
 
 KINDS = ("method", "literature", "metric")
@@ -59,8 +60,7 @@ def subjects() -> list[Subject]:
             + [Subject("metric", n) for n in metric_names()])
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[\s\-]+", "_", name.strip().lower())
+_norm = norm
 
 
 def catalogue() -> dict[str, Subject]:
