@@ -215,7 +215,11 @@ class _Renderer:
         self._out: list = [None] * len(picked)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quiz-render", daemon=True)
-        self._thread.start()
+
+    def start(self) -> None:
+        """Begin rendering (once; `get` starts it too)."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def _run(self) -> None:
         for i, p in enumerate(self._picked):
@@ -229,6 +233,7 @@ class _Renderer:
             self._done[i].set()
 
     def get(self, i: int):
+        self.start()
         self._done[i].wait()
         ok, value = self._out[i]
         if not ok:
@@ -237,7 +242,8 @@ class _Renderer:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
 
 
 def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: int | None = None, *,
@@ -248,9 +254,10 @@ def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: in
     (up to an empty line or EOF), the answer with its boundary and the worked example with
     its live numbers shown, and the reader says whether they had it (y / anything else).
     Then the score and a review of the missed questions with their examples. Only the
-    asked questions' examples run, in a background thread in the order they are asked: a
-    question whose text needs no number is shown before its example has run (the first
-    one before torch is even imported), the answer once it has."""
+    asked questions' examples run, in a background thread started once the first question
+    is on the screen, in the order they are asked: a question whose text needs no number
+    is shown before its example has run (the first one before torch is even imported),
+    its answer once the example has."""
     ui = _ui(lang)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise PolicylabError(f"a round has at least one question, got n = {n!r}")
@@ -278,6 +285,7 @@ def _ask(picked: list, rendered: _Renderer, lang: str, stdin, out) -> Round:
             text = q.question[lang]
         out.write(f"[{i}/{len(picked)}] {_heading(p, lang)}\n{text}\n\n{ui['prompt']}\n")
         out.flush()
+        rendered.start()  # the examples run (torch loads) while the reader reads the question
         given = _read_answer(stdin)
         q = rendered.get(i - 1)
         out.write(f"\n{ui['yours']}: {given or ui['skipped']}\n\n" + "\n".join(answer_lines(q, lang)) + "\n\n")
