@@ -46,7 +46,6 @@ from policylab.learn.questions import (
     render_value,
 )
 
-
 __all__ = ["BANK_DIR", "CATEGORIES", "LANGS", "METRIC_BANK_DIR", "TOPICS_PATH", "BankError", "Example",
            "MethodEntry", "Pending", "Question", "ReadingStep", "Topics", "build_bank", "fill", "has_lesson", "metric_bank",
            "placeholders", "question_index", "reading_steps", "render_value", "topics"]

@@ -14,9 +14,9 @@ tests).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 HERE = Path(__file__).resolve().parent
 BANK_DIR = HERE / "bank"

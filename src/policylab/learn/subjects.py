@@ -22,7 +22,6 @@ an installed entry point (both through `methods.get`); anything else raises
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 
 from policylab import methods
