@@ -297,7 +297,8 @@ def parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, t
     else:
         bounds = parse_boundary(own if own is not None else boundary, where, errors)
     ran = _run_example(raw.get("example"), where, examples, errors)
-    if bounds is None or ran is None or cat not in CATEGORIES or len(texts) != len(LANGS) or any(len(t) != 2 for t in texts.values()):
+    if (bounds is None or ran is None or cat not in CATEGORIES or len(texts) != len(LANGS)
+            or any(len(t) != 2 for t in texts.values())):
         return None
     fname, args, values, ex_texts = ran
     named = {f"{lang}.{f}": texts[lang][f] for lang in LANGS for f in ("question", "answer")}
