@@ -101,8 +101,9 @@ MECHANISM: dict[str, str] = {
         '1.039 vs 1.023 for the control (grpo), difference +0.0164 over 1 seeds '
         '(benchmarks/results/evidence.md)',
     'probe_erpo':
-        'not measurable here: the runs never logged `accuracy` as a finite number at this size and '
-        'budget (benchmarks/results/evidence.md)',
+        'one seed so far, no claim: final value of `eval/accuracy` 0.3 vs 0.15 for the control '
+        '(probe_erpo and train.lr=0.0), difference +0.15 over 1 seeds '
+        '(benchmarks/results/evidence.md)',
     'range_grpo':
         'one seed so far, no claim: late-half mean of `reward/mean` 0.1875 vs 0.4062 for the '
         'control (dr_grpo), difference -0.219 over 1 seeds (benchmarks/results/evidence.md)',
@@ -125,6 +126,9 @@ MECHANISM: dict[str, str] = {
         'one seed so far, no claim: late-half mean of `response/length_mean` 12.5 vs 12.66 for the '
         'control (rlcpr with length_coef=0.0), difference -0.156 over 1 seeds '
         '(benchmarks/results/evidence.md)',
+    'rlcr':
+        'one seed so far, no claim: final value of `eval/confidence/brier` 0.1401 vs 0.1664 for the'
+        ' control (grpo), difference -0.0263 over 1 seeds (benchmarks/results/evidence.md)',
     'rlid':
         'one seed so far, no claim: late-half mean of `rlid/label_marginal_kl` 0.281 vs 0.284 for '
         'the control (rlid with marginal_coef=0.0), difference -0.003 over 1 seeds '
@@ -154,8 +158,8 @@ MECHANISM: dict[str, str] = {
         'one seed so far, no claim: late-half mean of `reward/mean` 0.0625 vs 0 for the control '
         '(grpo), difference +0.0625 over 1 seeds (benchmarks/results/evidence.md)',
     'ttpo':
-        'not measurable here: the runs never logged `accuracy` as a finite number at this size and '
-        'budget (benchmarks/results/evidence.md)',
+        'one seed so far, no claim: final value of `eval/accuracy` 0.15 vs 0.15 for the control '
+        '(ttpo and train.lr=0.0), difference +0 over 1 seeds (benchmarks/results/evidence.md)',
     'ttrl':
         'one seed so far, no claim: late-half mean of `accuracy` 0.4375 vs 0.1875 for the control '
         '(ttrl and train.lr=0.0), difference +0.25 over 1 seeds (benchmarks/results/evidence.md)',
@@ -296,6 +300,10 @@ CAPABILITY_RUNS: dict[str, str] = {
     'rlcpr':
         "held-out accuracy after 4 rollout steps on its evidence task, 1 seed: 52.5% vs GRPO's "
         '47.5% on the same prompts, difference +5.0%; one seed so far, no claim '
+        '(benchmarks/results/evidence.md)',
+    'rlcr':
+        "held-out accuracy after 4 rollout steps on its evidence task, 1 seed: 75.0% vs GRPO's "
+        '60.0% on the same prompts, difference +15.0%; one seed so far, no claim '
         '(benchmarks/results/evidence.md)',
     'rloo':
         "held-out accuracy after 4 rollout steps on its evidence task, 1 seed: 40.0% vs GRPO's "

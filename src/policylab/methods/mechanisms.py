@@ -156,6 +156,11 @@ _SIGNAL = ("{what} gives groups a learning signal where the model alone fails ev
            "groups (all rewards equal, zero advantage) than {control}")
 _SELF = ("{what} raises the training accuracy (gold, which its reward never sees) above the no-update control "
          "on the same prompts")
+# TTPO's and Probe-ERPO's training steps never read gold (tests/methods/test_testtime_gold.py): their
+# claim is measured where gold is read, by the held-out evaluator after training
+_SELF_HELD = ("{what} raises the held-out accuracy after training (the evaluator's gold, which no training step "
+              "reads) above the no-update control on the same prompts")
+_HELD_OUT = Quantity("eval/accuracy", "final")
 _RETENTION = ("needs a retention probe: the quantity (NLL on held-back data, or the drift of the protected "
               "subspace) is logged by the method's own stage only, so the control (the method's mechanism off, ")
 _CRITIC = ("needs a longer horizon: in a handful of steps the critic is barely trained (value pretraining and GAE "
@@ -271,9 +276,9 @@ MECHANISMS: dict[str, Mechanism] = {m.method: m for m in (
     # --- self-labelling / test-time ----------------------------------------------------------------------
     _m("ttrl", _SELF.format(what="majority-vote pseudo-labels"), quantity=_ACCURACY, control={},
        control_run=_NO_UPDATE),
-    _m("ttpo", _SELF.format(what="self-distillation on agreeing replies and RL on dissenting ones"),
-       quantity=_ACCURACY, control={}, control_run=_NO_UPDATE),
-    _m("probe_erpo", _SELF.format(what="probe-consistency gated reinforcement"), quantity=_ACCURACY, control={},
+    _m("ttpo", _SELF_HELD.format(what="self-distillation on agreeing replies and RL on dissenting ones"),
+       quantity=_HELD_OUT, control={}, control_run=_NO_UPDATE),
+    _m("probe_erpo", _SELF_HELD.format(what="probe-consistency gated reinforcement"), quantity=_HELD_OUT, control={},
        control_run=_NO_UPDATE),
     _m("tasco", "tuning a soft prefix to minimize entropy plus a stability divergence lowers the token entropy "
        "below the no-update control", quantity=_ENTROPY, direction=-1, control={}, control_run=_NO_UPDATE),
