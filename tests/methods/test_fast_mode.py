@@ -31,7 +31,8 @@ def test_grpo_gets_tis_with_its_own_cap_parameter_and_header():
     m = pair_correction(methods.get("grpo"), "fast-bf16")
     assert [s.name for s in m.corrections] == ["tis"]
     assert m.p["tis_cap"] == 2.0
-    assert "logp_old" in m.roles and "logp_behavior" in m.required_fields  # the trainer runs the fp32 old pass
+    assert "logp_old" in m.roles and "logp_behavior" in m.required_fields  # TIS reads π_old (in the step when single)
+    assert m.old_readers_before_update == ()
     labels = dict(line(m.p) for line in m.header)
     assert "TIS" in labels["mismatch"] and CORRECTION_WHY in labels["mismatch"]
     assert "fast mode" in m.card.summary and "fast-bf16" in m.card.samples
@@ -92,9 +93,9 @@ def test_trainer_step_samples_with_bf16_and_corrects(tiny_model_dir, tmp_path, m
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
     assert tr.engine.engine_name == "fast-bf16" and tr.engine.dtype == torch.bfloat16
     assert next(tr.model.parameters()).dtype == torch.float32  # fp32 master weights
-    assert tr.needs_old_pass()
+    assert not tr.needs_old_pass()  # one update per batch: π_old is the training forward (test_old_from_forward)
     m = tr.train_step()
-    assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] > 1e-4  # a real mismatch, measured
+    assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] > 1e-4  # a real mismatch, measured in the step
     assert "correction/tis/ess" in m and 0.0 < m["correction/tis/ess"] <= 1.0
 
 
