@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from policylab import methods
-from policylab.methods.fast_mode import CORRECTION_WHY, pair_correction
+from policylab.methods.fast_mode import CORRECTION_WHY, pair_correction, train_dtype
 from policylab.engines import cpu
 from policylab.errors import ConfigError
 from policylab.methods.loss import policy_loss, tensor_inputs
@@ -104,3 +104,31 @@ def test_refused_on_a_host_without_native_bf16(tiny_model_dir, tmp_path, monkeyp
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
     with pytest.raises(cpu.UnsupportedHost, match="avx512_bf16 or amx_bf16.*avx2 fma.*emulated"):
         Trainer(cfg)
+
+
+def test_train_dtype_auto_follows_the_engine_and_the_cpu(tiny_model_dir, tmp_path, monkeypatch):
+    """train.dtype: auto is fp32 in exact mode; under the fast mode bf16 where the CPU has
+    native bf16 and fp32 where it would be emulated; an explicit value is kept."""
+    assert train_dtype("fast-bf16", AMX) == "bf16" and train_dtype("fast-bf16", AVX2_ONLY) == "fp32"
+    assert train_dtype("fast", AMX) == "fp32" and train_dtype("auto", AMX) == "fp32"
+    for flags, want in ((AMX, "bf16"), (AVX2_ONLY, "fp32")):
+        monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO, f=flags: f)
+        assert tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"}).train.dtype == want
+        assert tiny_config(tiny_model_dir, tmp_path / "r").train.dtype == "fp32"
+        assert tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"},
+                           train={"dtype": "fp32"}).train.dtype == "fp32"
+    with pytest.raises(ConfigError, match="train.dtype 'fp16' is not one of auto, fp32, bf16, fp64"):
+        tiny_config(tiny_model_dir, tmp_path / "r", train={"dtype": "fp16"})
+
+
+def test_fast_mode_trains_bf16_with_fp32_master_weights_and_says_so(tiny_model_dir, tmp_path, monkeypatch):
+    from policylab.trainer.report import summary
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AMX)
+    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
+    assert tr.cfg.train.dtype == "bf16" and tr.worker.dtype == "bf16"
+    m = tr.train_step()
+    assert all(p.dtype == torch.float32 for p in tr.model.parameters())
+    assert math.isfinite(m["loss/policy"]) and "correction/tis/ess" in m
+    head = summary(tr).splitlines()[0]
+    assert "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32" in head

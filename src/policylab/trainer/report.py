@@ -33,7 +33,7 @@ def summary(trainer: Trainer) -> str:
     p = rc.p
     r, t = cfg.rollout, cfg.train
     lines = [
-        f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {t.dtype} training)",
+        f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {_train_dtype_line(t.dtype)})",
         f"method     {rc.name}: {card.summary}",
         f"samples    {card.samples}  [engine {trainer.engine.engine_name}]",
         f"learns     {card.learns}",
@@ -47,6 +47,12 @@ def summary(trainer: Trainer) -> str:
         f"run dir    {cfg.run_dir}",
     ]
     return "\n".join(lines)
+
+
+def _train_dtype_line(dtype: str) -> str:
+    if dtype == "bf16":
+        return "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32, fp32 master weights"
+    return f"{dtype} training"
 
 
 def _allocator_line() -> str:
