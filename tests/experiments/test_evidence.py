@@ -126,7 +126,11 @@ def test_paired_difference_and_verdict_hand_worked():
     assert verdict(s, -1) == (NOT_OBSERVED, "significant in the opposite direction: |t| = 17.32 >= 4.30 (3 seeds)")
     # identical differences: se 0, t infinite in the sign of the mean
     s = paired({0: 1.0, 1: 2.0}, {0: 0.0, 1: 1.0})
-    assert s["difference_se"] == 0.0 and s["t"] == math.inf and verdict(s, 1)[0] == OBSERVED
+    assert s["difference_se"] == 0.0 and s["t"] == math.inf
+    assert verdict(s, 1) == (NOT_OBSERVED, "in the claimed direction, |t| = inf >= 12.71, but 2 seeds are too few "
+                                           "for a claim (at least 3)")
+    three = paired({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 1.0, 2: 2.0})  # identical differences over 3 seeds
+    assert three["t"] == math.inf and verdict(three, 1)[0] == OBSERVED
     assert verdict(paired({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0}), 1) == (NOT_OBSERVED, "no difference at all (2 seeds)")
     one = paired({0: 5.0}, {0: 1.0})
     assert one["difference_se"] is None and verdict(one, 1)[0] == NOT_OBSERVED

@@ -156,7 +156,7 @@ MECHANISM: dict[str, str] = {
         'not observed: final value of `eval/accuracy` 0.25 vs 0.2 for the control (ttpo and '
         'train.lr=0.0), difference +0.05 ± 0.05 over 2 seeds (benchmarks/results/evidence.md)',
     'ttrl':
-        'observed: late-half mean of `accuracy` 0.4375 vs 0.1875 for the control (ttrl and '
+        'not observed: late-half mean of `accuracy` 0.4375 vs 0.1875 for the control (ttrl and '
         'train.lr=0.0), difference +0.25 ± 0 over 2 seeds (benchmarks/results/evidence.md)',
     'zcpo':
         'not observed: late-half mean of `reward/mean` 0.2344 vs 0.2031 for the control (grpo), '
