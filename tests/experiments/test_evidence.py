@@ -342,6 +342,8 @@ def test_capability_card_text_hand_worked_and_its_chinese():
     assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的保留集准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
                                   "+5.0% ± 1.4%（95% 区间 [-1.2%, +11.2%]，不显著）；约需 3 个种子才能使这样大小的差显著"
                                   "（benchmarks/results/evidence.md）")
+    two = capability_card_text({**row, "seeds": [0, 1], "interval": [0.01, 0.09]}, 4)
+    assert "[+1.0%, +9.0%], too few seeds for a claim)" in two and "种子太少，不作结论" in generated_zh(two)
     sig = capability_card_text({**row, "interval": [0.01, 0.09]}, 4)
     assert "(95% interval [+1.0%, +9.0%], significant) (benchmarks" in sig and "seeds would" not in sig
     assert "，显著）（" in generated_zh(sig)

@@ -113,7 +113,7 @@ _MECH_RE = re.compile(r"^(?P<v>observed|not observed|one seed so far, no claim):
                       r"(?P<d>\S+)(?: ± (?P<se>\S+))? over (?P<n>\d+) seeds \((?P<where>[^()]+)\)$")
 _CAP_RE = re.compile(r"^held-out accuracy after (?P<steps>\d+) rollout steps on its evidence task, (?P<n>\d+) seeds?: "
                      r"(?P<m>\S+) vs GRPO's (?P<g>\S+) on the same prompts, difference (?P<d>\S+)"
-                     r"(?: ± (?P<se>\S+) \(95% interval \[(?P<lo>\S+), (?P<hi>\S+)\], (?P<sig>significant|not significant)\))?"
+                     r"(?: ± (?P<se>\S+) \(95% interval \[(?P<lo>\S+), (?P<hi>\S+)\], (?P<sig>significant|not significant|too few seeds for a claim)\))?"
                      r"(?:; about (?P<need>\d+) seeds would make a difference of this size significant)?"
                      r"(?P<one>; one seed so far, no claim)? \((?P<where>[^()]+)\)$")
 _NEVER_RE = re.compile(r"^the runs never logged `(?P<key>[^`]+)` as a finite number at this size and budget "
@@ -137,7 +137,7 @@ def generated_zh(value: str) -> str | None:
         out = (f"在其证据任务上训练 {m['steps']} 个采样步后的保留集准确率（{m['n']} 个种子）：{m['m']}，同一批提示上 GRPO 为 "
                f"{m['g']}，差为 {m['d']}")
         if m["se"]:
-            sig = "显著" if m["sig"] == "significant" else "不显著"
+            sig = {"significant": "显著", "not significant": "不显著", "too few seeds for a claim": "种子太少，不作结论"}[m["sig"]]
             out += f" ± {m['se']}（95% 区间 [{m['lo']}, {m['hi']}]，{sig}）"
         if m["need"]:
             out += f"；约需 {m['need']} 个种子才能使这样大小的差显著"

@@ -205,8 +205,8 @@ CAPABILITY_RUNS: dict[str, str] = {
         '(benchmarks/results/evidence.md)',
     'gppo':
         "held-out accuracy after 4 rollout steps on its evidence task, 2 seeds: 53.7% vs GRPO's "
-        '51.3% on the same prompts, difference +2.5% ± 0.0% (95% interval [+2.5%, +2.5%], '
-        'significant) (benchmarks/results/evidence.md)',
+        '51.3% on the same prompts, difference +2.5% ± 0.0% (95% interval [+2.5%, +2.5%], too few '
+        'seeds for a claim) (benchmarks/results/evidence.md)',
     'gppo_fdiv':
         "held-out accuracy after 4 rollout steps on its evidence task, 2 seeds: 51.2% vs GRPO's "
         '51.3% on the same prompts, difference -0.0% ± 2.5% (95% interval [-31.8%, +31.8%], not '
@@ -299,12 +299,12 @@ CAPABILITY_RUNS: dict[str, str] = {
         '(benchmarks/results/evidence.md)',
     'reco':
         "held-out accuracy after 4 rollout steps on its evidence task, 2 seeds: 43.8% vs GRPO's "
-        '51.3% on the same prompts, difference -7.5% ± 0.0% (95% interval [-7.5%, -7.5%], '
-        'significant) (benchmarks/results/evidence.md)',
+        '51.3% on the same prompts, difference -7.5% ± 0.0% (95% interval [-7.5%, -7.5%], too few '
+        'seeds for a claim) (benchmarks/results/evidence.md)',
     'reinforce_pp':
         "held-out accuracy after 4 rollout steps on its evidence task, 2 seeds: 48.7% vs GRPO's "
-        '51.3% on the same prompts, difference -2.5% ± 0.0% (95% interval [-2.5%, -2.5%], '
-        'significant) (benchmarks/results/evidence.md)',
+        '51.3% on the same prompts, difference -2.5% ± 0.0% (95% interval [-2.5%, -2.5%], too few '
+        'seeds for a claim) (benchmarks/results/evidence.md)',
     'reinforce_pp_baseline':
         "held-out accuracy after 4 rollout steps on its evidence task, 2 seeds: 57.5% vs GRPO's "
         '51.3% on the same prompts, difference +6.3% ± 6.3% (95% interval [-73.2%, +85.7%], not '

@@ -302,7 +302,11 @@ def capability_card_text(row: dict, steps) -> str:
     if row.get("interval") is None:
         return f"{head}, difference {row['difference']:+.1%}; one seed so far, no claim {where}"
     lo, hi = row["interval"]
+    from policylab.experiments.evidence.verdict import MIN_SEEDS_FOR_CLAIM
+
     sig = "significant" if lo > 0 or hi < 0 else "not significant"
+    if n < MIN_SEEDS_FOR_CLAIM and sig == "significant":  # two seeds agreeing exactly by chance: no claim
+        sig = "too few seeds for a claim"
     need = f"; about {row['seeds_needed']} seeds would make a difference of this size significant" \
         if row.get("seeds_needed") and sig == "not significant" else ""
     return (f"{head}, difference {row['difference']:+.1%} ± {row['difference_se']:.1%} (95% interval "
