@@ -61,14 +61,16 @@ def copy_finished(src: Path, dest: Path, as_out: str | None = None) -> int:
     `as_out` (the archive holds no machine's absolute paths)."""
     import shutil
 
+    def relocate(text: str) -> str:
+        for prefix in sorted({str(src), str(src.resolve())}, key=len, reverse=True):
+            text = text.replace(prefix, as_out)
+        return text
+
     def put(a: Path, b: Path) -> None:
         if as_out is None:
             shutil.copyfile(a, b)
-            return
-        text = a.read_text()
-        for prefix in sorted({str(src), str(src.resolve())}, key=len, reverse=True):
-            text = text.replace(prefix, as_out)
-        b.write_text(text)
+        else:
+            b.write_text(relocate(a.read_text()))
 
     n = 0
     for run in _finished_runs(src):
@@ -88,7 +90,7 @@ def copy_finished(src: Path, dest: Path, as_out: str | None = None) -> int:
         have = json.loads((dest / STATE).read_text()).get("commands", [])
         theirs = json.loads((src / STATE).read_text()).get("commands", [])
         if as_out is not None:
-            theirs = [c.replace(str(src.resolve()), as_out).replace(str(src), as_out) for c in theirs]
+            theirs = [relocate(c) for c in theirs]
         new = [c for c in theirs if c not in have]
         if new:
             (dest / STATE).write_text(json.dumps({"commands": have + new}, indent=2))
@@ -126,18 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     exe = str(Path(sys.executable).with_name("policylab"))
     seeds = [s.strip() for s in a.seeds.split(",") if s.strip()]
     queue = [(m, s) for s in seeds for m in a.order.split()]
-    lock, tries, busy = threading.Lock(), {}, set()
+    lock, tries = threading.Lock(), {}
     logs = out / "parts"
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "POLICYLAB_THREADS": str(a.threads)}
 
-    def take():
+    def take():  # an item leaves the queue while it runs, so two workers never hold the same one
         with lock:
-            for i, (m, s) in enumerate(queue):
-                if (m, s) not in busy:
-                    busy.add((m, s))
-                    return queue.pop(i)
-            return None
+            return queue.pop(0) if queue else None
 
     def worker(k: int) -> None:
         while not a.report_only:
@@ -150,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
                 rc = subprocess.call([exe, "evidence", m, "--seeds", s, *rest], env=env, stdout=log,
                                      stderr=subprocess.STDOUT)
             with lock:
-                busy.discard(item)
                 if archive is not None:
                     copy_finished(out, archive, a.as_out)
                 print(f"[worker {k}] {m} seed {s}: exit {rc} after {time.time() - t0:.0f} s", flush=True)

@@ -16,11 +16,13 @@ from policylab.experiments.compare.report import machine
 from policylab.experiments.compare.results import run_result
 from policylab.experiments.compare.states import read_json
 from policylab.experiments.evidence.verdict import (
+    MIN_SEEDS_FOR_CLAIM,
     NOT_MEASURABLE,
     NOT_RUN,
     REFUSED,
     mean_se,
     paired,
+    t_crit,
     verdict,
 )
 
@@ -114,8 +116,6 @@ def capability_rows(arms: dict, settings) -> list[dict]:
     the seeds a difference of that size and spread would need, and what each side spent
     (sampled tokens, optimizer steps). Only seeds where both runs finished count; a method
     whose task has no GRPO run here has no row."""
-    from policylab.experiments.evidence.verdict import t_crit
-
     reference = {}
     for pair in arms.values():
         for a in pair:
@@ -302,8 +302,6 @@ def capability_card_text(row: dict, steps) -> str:
     if row.get("interval") is None:
         return f"{head}, difference {row['difference']:+.1%}; one seed so far, no claim {where}"
     lo, hi = row["interval"]
-    from policylab.experiments.evidence.verdict import MIN_SEEDS_FOR_CLAIM
-
     sig = "significant" if lo > 0 or hi < 0 else "not significant"
     if n < MIN_SEEDS_FOR_CLAIM and sig == "significant":  # two seeds agreeing exactly by chance: no claim
         sig = "too few seeds for a claim"
