@@ -144,7 +144,7 @@ def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_pat
     s = tiny_settings(tmp_path, tiny_model_dir)
     table = evidence(["gspo", "cispo", "cord"], s, console=quiet(), command="policylab evidence gspo cispo cord")
     rows = {r["method"]: r for r in table["rows"]}
-    assert set(rows) == set(methods.names())
+    assert set(rows) == set(methods.names()) | {"orl"}  # the literature-only entry too
     for name in ("gspo", "cispo"):
         r = rows[name]
         assert r["verdict"] in ("observed", "not observed", "not measurable here"), r
@@ -286,6 +286,24 @@ def test_card_mechanism_levels_agree_with_the_committed_evidence_table():
     table = json.loads(path.read_text()) if path.is_file() else {"rows": []}
     assert ev.MECHANISM == card_texts(table)
     assert ev.CAPABILITY_RUNS == capability_texts(table)
+
+
+def test_the_committed_table_has_a_row_with_a_verdict_for_every_registered_method():
+    """Trainable methods and literature-only entries alike; a literature-only row is not
+    measurable and says why from its card."""
+    from pathlib import Path
+
+    from policylab import methods
+    from policylab.experiments.evidence.table import literature_rows
+    from policylab.methods import registry
+
+    table = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "evidence.json").read_text())
+    rows = {r["method"]: r for r in table["rows"]}
+    assert sorted(rows) == sorted(methods.names() + registry.literature_names())
+    assert all(r["verdict"] in ("observed", "not observed", "not measurable here") for r in rows.values())
+    (orl,) = [r for r in literature_rows() if r["method"] == "orl"]
+    assert orl["verdict"] == "not measurable here" and "diffusion" in orl["why"]
+    assert rows["orl"] == orl
 
 
 def test_card_text_of_a_measured_row_hand_worked():

@@ -146,6 +146,21 @@ def capability_rows(arms: dict, settings) -> list[dict]:
     return rows
 
 
+def literature_rows() -> list[dict]:
+    """A row for each literature-only registry entry: nothing of it runs, so nothing can be
+    measured; the row says what measuring its paper's claim would take (its card's
+    `not_established`)."""
+    from policylab.methods import registry
+
+    out = []
+    for name in registry.literature_names():
+        card = registry.LITERATURE[name]
+        out.append({"method": name, "signature": card.summary, "task": None, "control": None, "quantity": None,
+                    "direction": None, "verdict": NOT_MEASURABLE,
+                    "why": f"literature-only entry, nothing runs: {card.not_established}"})
+    return out
+
+
 def build_table(mechs, refused: dict, settings, commands: list[str]) -> dict:
     """The table of `mechs` from the runs on disk under settings.out_dir (whichever
     invocation ran them); `refused`: method -> why its arms could not run."""
@@ -158,7 +173,7 @@ def build_table(mechs, refused: dict, settings, commands: list[str]) -> dict:
                 arms[m.method] = arms_of(m, settings)
             except PolicylabError as exc:  # e.g. a --set its run cannot take: its row says so
                 refused = {**refused, m.method: f"{type(exc).__name__}: {exc}"}
-    rows = [mechanism_row(m, arms, refused, settings) for m in mechs]
+    rows = [mechanism_row(m, arms, refused, settings) for m in mechs] + literature_rows()
     capability = capability_rows(arms, settings)
     cost = _cost(arms, rows, settings)
     counts: dict[str, int] = {}
