@@ -41,7 +41,7 @@ def evidence_summary() -> str:
             f"{c.get('observed', 0)} observed, {c.get('not observed', 0)} not observed (no significant "
             f"difference from the negative control in the claimed direction at this size), {c.get('not measurable here', 0)} not "
             f"measurable here (each says what it would take); held-out accuracy against GRPO on the same prompts "
-            f"with a 95% interval for {len(cap)} methods at {len(t['seeds'])} seeds, significantly different "
+            f"with a 95% interval for {len(cap)} of them at {len(t['seeds'])} seeds, significantly different "
             f"from GRPO for {sig_text}. A few steps of a 135M model show what a mechanism does to a batch, "
             f"not what it does to a long training run.")
 
