@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from policylab.learn import bank, quiz, site
+from policylab.learn import bank, explain, quiz, site
 from policylab.learn.metric_questions import extra_bank
 from policylab.learn.questions import BOUNDARY_LABELS, BOUNDARY_PARTS, BankError
 
@@ -91,7 +91,7 @@ def _boundary_texts(q, lang):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_explain_shows_each_answer_with_its_boundary(fixture_bank, lang):
-    text = quiz.explain_text("rloo", lang, bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
+    text = explain.explain_text("rloo", lang, bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
     q = bank.build_bank(lang, **fixture_bank.bank_kwargs)[1].questions[0]
     for t in _boundary_texts(q, lang):
         assert t in text

@@ -16,7 +16,7 @@ import torch
 
 from policylab.kernels import advantages, corrections, objectives
 from policylab import methods
-from policylab.learn import figures, quiz
+from policylab.learn import explain, figures
 from policylab.learn.figures import render
 from policylab.learn.figures.common import grid
 from policylab.kernels.rewards import overlong_penalty
@@ -310,10 +310,10 @@ def test_overlay_with_an_unknown_method_is_refused(tmp_path):
 
 def test_explain_plot_writes_the_site_figure(tmp_path):
     out = io.StringIO()
-    path = quiz.write_plot("gppo", tmp_path / "gppo.svg", "zh", stdout=out)
+    path = explain.write_plot("gppo", tmp_path / "gppo.svg", "zh", stdout=out)
     assert path.read_text(encoding="utf-8") == render.svg(figures.figure("gppo"), "zh")
     assert "图（gppo）已写入" in out.getvalue() and figures.figure("gppo").caption["zh"] in out.getvalue()
-    png = quiz.write_plot("gppo", tmp_path / "gppo.png", "en", stdout=io.StringIO())
+    png = explain.write_plot("gppo", tmp_path / "gppo.png", "en", stdout=io.StringIO())
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

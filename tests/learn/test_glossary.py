@@ -10,7 +10,7 @@ import re
 import pytest
 
 from policylab import methods
-from policylab.learn import glossary, lessons, quiz, site
+from policylab.learn import explain, glossary, lessons, site
 from policylab.methods.cards import card_text
 
 CJK = re.compile(r"[\u3400-\u9fff]")
@@ -49,7 +49,7 @@ def test_explain_zh_card_is_all_chinese(name):
 
 @pytest.mark.parametrize("name", ["orl", "calib_rl", "pass@k"])
 def test_explain_zh_of_the_other_subjects(name):
-    text = quiz.explain_text(name, "zh")
+    text = explain.explain_text(name, "zh")
     assert glossary.UNTRANSLATED not in text and "问题:" in text
 
 

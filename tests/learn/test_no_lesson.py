@@ -14,7 +14,7 @@ import pytest
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import bank, figures, glossary, lessons, quiz, site
+from policylab.learn import bank, explain, figures, glossary, lessons, quiz, site
 from policylab.methods.cards import card_text
 from policylab.methods.registry import REGISTRY
 
@@ -46,7 +46,7 @@ def test_it_is_not_shipped_though_it_has_a_shipped_methods_stages(toy):
 
 def test_explain_prints_the_card_the_formulas_and_no_lesson_yet(toy):
     for lang in ("en", "zh"):
-        text = quiz.explain_text(TOY, lang)
+        text = explain.explain_text(TOY, lang)
         assert text.startswith(card_text(toy) if lang == "en" else glossary.card_text_zh(card_text(toy)))
         assert "advantage: policylab.kernels.advantages.grpo.grpo" in text  # formulas from its own stages
         assert text.endswith(lessons.NO_LESSON_NOTE[lang])
@@ -117,6 +117,6 @@ def test_with_a_bank_file_of_its_own_it_has_questions_and_no_figure(toy, tmp_pat
     text = (out / f"method-{TOY}.html").read_text(encoding="utf-8")
     assert f'id="{TOY}-basics"' in text and site.esc(lessons.NO_LESSON_NOTE["en"]) not in text
     assert 'id="figure-data"' not in text and not list(out.glob(f"figures/{TOY}.*"))
-    explained = quiz.explain_text(TOY, bank_dir=tmp_path / "b" / "bank", examples=EXAMPLES)
+    explained = explain.explain_text(TOY, bank_dir=tmp_path / "b" / "bank", examples=EXAMPLES)
     assert f"[{TOY} vs rloo · comparison] {TOY}-comparison" in explained
     assert lessons.NO_LESSON_NOTE["en"] not in explained

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from policylab import methods
-from policylab.learn import quiz
+from policylab.learn import explain, quiz
 from policylab.methods.cards import card_text
 
 from .conftest import EXAMPLES, fx_leave_one_out
@@ -60,7 +60,7 @@ def test_quiz_unknown_method_close_matches(fixture_bank):
 
 def test_explain_prints_card_formula_and_examples(fixture_bank):
     out = io.StringIO()
-    quiz.explain("rloo", "en", stdout=out, bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
+    explain.explain("rloo", "en", stdout=out, bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
     text = out.getvalue()
     assert text.startswith(card_text(methods.get("rloo")))
     assert "advantage: policylab.kernels.advantages.rloo.rloo\n    A_i = r_i − (1/(K−1))" in text
@@ -70,7 +70,7 @@ def test_explain_prints_card_formula_and_examples(fixture_bank):
 
 def test_explain_needs_the_bank_file(fixture_bank):
     with pytest.raises(Exception, match="method 'dapo' has no bank file"):
-        quiz.explain_text("dapo", bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
+        explain.explain_text("dapo", bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
 
 
 def _fixture_cli(tmp_path, *args, stdin=""):

@@ -13,7 +13,7 @@ import pytest
 
 from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.learn import quiz, subjects
+from policylab.learn import explain, quiz, subjects
 from policylab.learn.figures import render
 
 from .conftest import EXAMPLES
@@ -46,14 +46,14 @@ def test_nothing_close_gives_no_suggestion():
 
 def test_explain_upper_case_is_the_same_text(fixture_bank):
     kw = dict(bank_dir=fixture_bank.bank_dir, examples=EXAMPLES)
-    assert quiz.explain_text("RLOO", **kw) == quiz.explain_text("rloo", **kw)
+    assert explain.explain_text("RLOO", **kw) == explain.explain_text("rloo", **kw)
 
 
 @pytest.mark.parametrize("typed, heading", [("calib_rl", "[calib_rl · basics] calib_rl-basics"),
                                             ("pass@k", "[pass_at_k · mechanism] pass_at_k-mechanism"),
                                             ("orl", "[orl vs grpo · comparison] orl-comparison")])
 def test_metrics_and_literature_are_explained(typed, heading):
-    text = quiz.explain_text(typed)
+    text = explain.explain_text(typed)
     assert heading in text and text.count("Worked example: ") == 4
     if typed == "pass@k":
         # n = 4, c = 3, k = 2: n − c = 1 < k, every pair holds a correct reply -> exactly 1;
@@ -82,7 +82,7 @@ def test_plot_into_a_missing_directory_fails_before_printing(tmp_path):
 
 def test_plot_of_a_metric_is_refused_first(tmp_path):
     with pytest.raises(PolicylabError, match="calib_rl is a metric: it has no figure"):
-        quiz.check_plot("calibration", tmp_path / "x.svg")
+        explain.check_plot("calibration", tmp_path / "x.svg")
 
 
 def test_chinese_png_without_a_cjk_font_refuses_naming_the_package(tmp_path, monkeypatch):
@@ -90,7 +90,7 @@ def test_chinese_png_without_a_cjk_font_refuses_naming_the_package(tmp_path, mon
 
     monkeypatch.setattr(render, "cjk_fonts", lambda: [])
     with pytest.raises(render.MissingFontError, match="apt-get install fonts-wqy-microhei"):
-        quiz.check_plot("kpop", tmp_path / "kpop.png", "zh")
+        explain.check_plot("kpop", tmp_path / "kpop.png", "zh")
     fig = figures.figure("kpop")
     for suffix in (".png", ".pdf"):
         with pytest.raises(render.MissingFontError, match="fonts-wqy-microhei"):

@@ -29,13 +29,13 @@ def _quiz(args) -> int:
 
 
 def _explain(args) -> int:
-    from policylab.learn.quiz import check_plot, explain
+    from policylab.learn.explain import check_plot, explain
 
     if args.plot:  # the output path, the subject's figure and the fonts, before any work
         check_plot(args.name, args.plot, args.lang)
     explain(args.name, args.lang)
     if args.plot:
-        from policylab.learn.quiz import write_plot
+        from policylab.learn.explain import write_plot
 
         write_plot(args.name, args.plot, args.lang)
     return 0

@@ -1,16 +1,14 @@
-"""Terminal views of the bank: `policylab quiz` and `policylab explain`.
+"""Terminal round of the bank: `policylab quiz`.
 
-    quiz(method=None, lang="en", seed=None)   one random (seeded) question: ask, read the
-                                              reader's answer from stdin (EOF-safe, works
-                                              piped), reveal the answer and run the example
-    explain(name, lang="en")                  the card, the formulas and every question with
-                                              its worked example computed now ("no lesson
-                                              yet" for a method registered outside policylab)
-    write_plot(name, path, lang="en")         the method's figure (the site's), computed now
+    quiz_round(n=5, method=None, lang="en")   N questions (filters: method, topic,
+                                              category), each asked, the reader's answer
+                                              read from stdin (EOF-safe, works piped), the
+                                              answer, its boundary and the worked example
+                                              shown, then a score and a review of the
+                                              missed ones
 
-The formula lines are the equation blocks of the docstrings of the kernels the method's
-stages call (`anatomy.formula_text`: the method's kernels in pipeline order; the
-card summary stands in for a kernel whose docstrings show no equation).
+`policylab explain` and `--plot` live in `learn.explain`; the words and pieces both views
+share in `learn.views`.
 """
 
 from __future__ import annotations
@@ -19,89 +17,14 @@ import random
 import sys
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from policylab.errors import PolicylabError
 from policylab.learn import index
+from policylab.learn.views import answer_lines, example_lines, heading, ui_words
 
 if TYPE_CHECKING:  # the round imports torch and the registry only after its first question is shown
-    from policylab.learn import bank, subjects
-
-UI = {
-    "en": dict(prompt="Your answer (finish with an empty line or Ctrl-D):", yours="Your answer", skipped="(no answer given)",
-               answer="Answer", example="Worked example", numbers="live numbers, computed now by {call}:", formula="Formula",
-               questions="Questions", cat=dict(basics="basics", mechanism="mechanism", comparison="comparison",
-                                               implementation="implementation"), vs="vs", empty="the question bank is empty",
-               no_lesson="{name} has no lesson yet (it was registered outside policylab): no questions to ask about it",
-               no_figure="{name} has no lesson yet (it was registered outside policylab): no figure to plot",
-               no_figure_kind="{name} is {kind}: it has no figure to plot (only methods have one)",
-               kinds=dict(metric="a metric", literature="a literature-only card (nothing of it runs)"),
-               no_dir="--plot: the directory {dir} does not exist (create it first, or write {path} elsewhere)",
-               not_dir="--plot: {dir} is not a directory", is_dir="--plot: {path} is a directory, not a file name",
-               not_writable="--plot: cannot write {path} (permission denied)",
-               verdict="Did you have it? [y = yes, anything else = no]:", score="Score: {score}/{n}",
-               review="Review of the missed questions:", filters="filters"),
-    "zh": dict(prompt="你的回答（以空行或 Ctrl-D 结束）：", yours="你的回答", skipped="（未作答）", answer="答案",
-               example="计算示例", numbers="实时数值（刚由 {call} 计算）：", formula="公式", questions="问题",
-               cat=dict(basics="基础", mechanism="机制", comparison="比较", implementation="实现"), vs="对比",
-               empty="题库为空", no_lesson="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可问的问题",
-               no_figure="{name} 尚无讲解（它是在 policylab 之外注册的）：没有可画的图",
-               no_figure_kind="{name} 是{kind}：没有可画的图（只有方法才有图）",
-               kinds=dict(metric="评测指标", literature="仅文献卡片（没有可运行的部分）"),
-               no_dir="--plot：目录 {dir} 不存在（请先创建，或把 {path} 写到别处）",
-               not_dir="--plot：{dir} 不是目录", is_dir="--plot：{path} 是目录，不是文件名",
-               not_writable="--plot：无法写入 {path}（权限不足）",
-               verdict="你答对了吗？[y = 对，其他 = 不对]：", score="得分：{score}/{n}",
-               review="回顾答错的问题：", filters="筛选条件"),
-}
-
-
-def _ui(lang: str) -> dict:
-    if lang not in UI:
-        raise PolicylabError(f"language must be one of {', '.join(UI)}, got {lang!r}")
-    return UI[lang]
-
-
-def _heading(q: bank.Question, lang: str) -> str:
-    ui = _ui(lang)
-    owners = f" {ui['vs']} ".join(q.methods)
-    if q.compare_with:
-        owners += f" {ui['vs']} {q.compare_with}"
-    return f"[{owners} · {ui['cat'].get(q.category, q.category)}] {q.id}"
-
-
-def example_lines(q: bank.Question, lang: str) -> list[str]:
-    """The example sentence and a table of every value the example function returned."""
-    from policylab.learn.questions import render_value
-
-    ui = _ui(lang)
-    call = f"{q.example.function}({_args(q.example.args)})"
-    lines = [f"{ui['example']}: {q.example.text[lang]}", "  " + ui["numbers"].format(call=call)]
-    width = max((len(k) for k in q.example.values), default=0)
-    for k, v in q.example.values.items():
-        lines.append(f"    {k.ljust(width)} = {render_value(v, lang)}")
-    return lines
-
-
-def boundary_lines(q: bank.Question, lang: str) -> list[str]:
-    """The answer's boundary: what the worked example shows, what it does not, and what
-    the full result would need (`questions.BOUNDARY_PARTS`), in `lang`."""
-    from policylab.learn.questions import BOUNDARY_LABELS, BOUNDARY_PARTS
-
-    labels = BOUNDARY_LABELS[lang]
-    parts = q.boundary.get(lang) or {}
-    sep = ": " if lang == "en" else "："
-    return [f"{labels['title']}{sep.rstrip()}"] + [f"  {labels[p]}{sep}{parts[p]}" for p in BOUNDARY_PARTS if p in parts]
-
-
-def answer_lines(q: bank.Question, lang: str) -> list[str]:
-    """The answer, then its boundary."""
-    return [f"{_ui(lang)['answer']}: {q.answer[lang]}", *boundary_lines(q, lang)]
-
-
-def _args(args: dict) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in args.items())
+    from policylab.learn import bank
 
 
 def _read_answer(stdin: TextIO | None) -> str:
@@ -182,7 +105,7 @@ def _subject_name(typed: str, pool: list, lang: str, bank_dir) -> str:
 
     s = subjects.resolve(typed)
     if s.kind == "method" and not lessons.is_shipped(s.name) and not bank.has_lesson(s.name, bank_dir):
-        raise PolicylabError(_ui(lang)["no_lesson"].format(name=s.name))
+        raise PolicylabError(ui_words(lang)["no_lesson"].format(name=s.name))
     return s.name
 
 
@@ -258,7 +181,7 @@ def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: in
     is on the screen, in the order they are asked: a question whose text needs no number
     is shown before its example has run (the first one before torch is even imported),
     its answer once the example has."""
-    ui = _ui(lang)
+    ui = ui_words(lang)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise PolicylabError(f"a round has at least one question, got n = {n!r}")
     stdin = sys.stdin if stdin is None else stdin
@@ -276,14 +199,14 @@ def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: in
 
 
 def _ask(picked: list, rendered: _Renderer, lang: str, stdin, out) -> Round:
-    ui = _ui(lang)
+    ui = ui_words(lang)
     result = Round()
     for i, p in enumerate(picked, 1):
         text = p.text(lang)
         if text is None:  # the question itself holds a live number: wait for its example
             q = rendered.get(i - 1)
             text = q.question[lang]
-        out.write(f"[{i}/{len(picked)}] {_heading(p, lang)}\n{text}\n\n{ui['prompt']}\n")
+        out.write(f"[{i}/{len(picked)}] {heading(p, lang)}\n{text}\n\n{ui['prompt']}\n")
         out.flush()
         rendered.start()  # the examples run (torch loads) while the reader reads the question
         given = _read_answer(stdin)
@@ -298,7 +221,7 @@ def _ask(picked: list, rendered: _Renderer, lang: str, stdin, out) -> Round:
     if result.missed:
         out.write(f"\n{ui['review']}\n")
         for q in result.missed:
-            out.write(f"\n{_heading(q, lang)}\n{q.question[lang]}\n" + "\n".join(answer_lines(q, lang)) + "\n")
+            out.write(f"\n{heading(q, lang)}\n{q.question[lang]}\n" + "\n".join(answer_lines(q, lang)) + "\n")
             out.write("\n".join(example_lines(q, lang)) + "\n")
     out.flush()
     return result
@@ -313,131 +236,3 @@ def quiz(method: str | None = None, lang: str = "en", seed: int | None = None, *
     """A round of one question (`quiz_round(1, ...)`); returns the question asked."""
     return quiz_round(1, method, lang, seed, stdin=stdin, stdout=stdout, bank_dir=bank_dir, examples=examples,
                       topics_path=topics_path).asked[0]
-
-
-def subject_card_text(subject: subjects.Subject) -> str:
-    """The card of a method, a literature-only entry or a metric, as `policylab methods NAME`
-    prints it (pass@k, which has no card of its own, shows its kernel's docstring)."""
-    from policylab import methods
-    from policylab.methods.cards import card_text, literature_card_text
-
-    if subject.kind == "method":
-        return card_text(methods.get(subject.name))
-    if subject.kind == "literature":
-        return literature_card_text(subject.name, methods.registry.card(subject.name))
-    from policylab.eval.cards import METRICS, metric_card_text
-
-    if subject.name in METRICS:
-        return metric_card_text(METRICS[subject.name])
-    import inspect
-
-    from policylab.kernels.metrics import pass_at_k
-    from policylab.methods.spec import source_location
-
-    qual, path, line = source_location(pass_at_k)
-    doc = inspect.cleandoc(pass_at_k.__doc__ or "").split("\n\n")
-    return "\n".join([f"pass_at_k: {doc[0]}", "  family        metric (not a training method: "
-                      "`policylab eval RUN --metrics pass@k`; the sharpening_tax card reports its numbers)",
-                      "  kernel        " + f"{qual}  {path}:{line}", *("  " + t for t in doc[1].splitlines())])
-
-
-def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -> str:
-    """The card, the formulas and the four questions of `name` (any spelling
-    `subjects.resolve` accepts: a method, a literature-only card or a metric) with live
-    numbers; for a method registered outside policylab without a bank file, the card, the
-    formulas and "no lesson yet" (a shipped method without one is a BankError naming the
-    file). The fixed words are in `lang`; a card's fields are shown in `lang` through the
-    glossary (`learn.glossary`)."""
-    from policylab import methods
-    from policylab.learn import anatomy, bank, lessons, subjects
-    from policylab.methods.cards import card_text
-
-    ui = _ui(lang)
-    subject = subjects.resolve(name)
-    if subject.kind != "method":
-        from policylab.learn.metric_questions import subject_questions
-
-        parts = [localized_card(subject_card_text(subject), lang), "", f"{ui['questions']}:"]
-        for q in subject_questions(subject, lang, examples=examples):
-            parts += ["", _heading(q, lang), q.question[lang], *answer_lines(q, lang), *example_lines(q, lang)]
-        return "\n".join(parts)
-    method = methods.get(subject.name)
-    parts = [localized_card(card_text(method), lang), "", f"{ui['formula']}:", anatomy.formula_text(method), "",
-             f"{ui['questions']}:"]
-    if not lessons.is_shipped(method.name) and not bank.has_lesson(method.name, bank_dir):
-        return "\n".join(parts + ["", lessons.NO_LESSON_NOTE[lang]])
-    entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[method.name])[0]
-    for q in entry.questions:
-        parts += ["", _heading(q, lang), q.question[lang], *answer_lines(q, lang), *example_lines(q, lang)]
-    return "\n".join(parts)
-
-
-def localized_card(text: str, lang: str) -> str:
-    """A card as printed, with its field labels and values in `lang` (English unchanged)."""
-    if lang == "en":
-        return text
-    from policylab.learn import glossary
-
-    return glossary.card_text_zh(text)
-
-
-def explain(name: str, lang: str = "en", *, stdout: TextIO | None = None, bank_dir=None, examples=None) -> None:
-    out = sys.stdout if stdout is None else stdout
-    out.write(explain_text(name, lang, bank_dir=bank_dir, examples=examples) + "\n")
-    out.flush()
-
-
-FIGURE_UI = {"en": "Figure ({key}) written to {path}:\n  {caption}", "zh": "图（{key}）已写入 {path}：\n  {caption}"}
-
-
-def check_plot(name: str, path, lang: str = "en", *, defs_dir=None) -> Path:
-    """Everything `write_plot` needs, checked before any work is done: a .svg/.png/.pdf
-    suffix, an existing writable directory to write into (and not a directory at `path`
-    itself), a subject with a figure (a method; metrics and literature-only cards have
-    none), and for a Chinese PNG/PDF a CJK font (`render.require_cjk_font`). Returns the
-    path; raises PolicylabError naming the problem."""
-    import os
-
-    from policylab.learn import figures, lessons, subjects
-    from policylab.learn.figures import render
-
-    ui = _ui(lang)
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".svg", ".png", ".pdf"):
-        raise PolicylabError(f"--plot writes .svg, .png or .pdf files, got {str(path)!r}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise PolicylabError(ui["no_dir"].format(dir=parent, path=path))
-    if not parent.is_dir():
-        raise PolicylabError(ui["not_dir"].format(dir=parent))
-    if path.is_dir():
-        raise PolicylabError(ui["is_dir"].format(path=path))
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise PolicylabError(ui["not_writable"].format(path=path))
-    subject = subjects.resolve(name)
-    if subject.kind != "method":
-        raise PolicylabError(ui["no_figure_kind"].format(name=subject.name, kind=ui["kinds"][subject.kind]))
-    if not lessons.is_shipped(subject.name) and not figures.has_definition(subject.name, defs_dir=defs_dir):
-        raise PolicylabError(ui["no_figure"].format(name=subject.name))
-    if suffix in (".png", ".pdf"):
-        render.require_cjk_font(lang)
-    return path
-
-
-def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = None, defs_dir=None):
-    """Compute the figure of `name` now and write it to `path` (.svg, .png, .pdf) with its
-    labels, caption and alt text in `lang`; print where it went and its caption. The path
-    and the fonts are checked first (`check_plot`)."""
-    from policylab.learn import figures, subjects
-    from policylab.learn.figures import render
-
-    path = check_plot(name, path, lang, defs_dir=defs_dir)
-    fig = figures.figure(subjects.resolve(name).name, defs_dir=defs_dir)
-    try:
-        out = render.write(fig, path, lang)
-    except ValueError as exc:
-        raise PolicylabError(str(exc)) from None
-    (sys.stdout if stdout is None else stdout).write(
-        "\n" + FIGURE_UI[lang].format(key=fig.key, path=out, caption=fig.caption[lang]) + "\n")
-    return out

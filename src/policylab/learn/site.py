@@ -97,7 +97,7 @@ def subject_href(subject) -> str:
 def subject_page(subject, questions, have: set) -> str:
     """A metric's or a literature-only card's page: its card (as `policylab explain` prints
     it, in both languages through the glossary) and its four questions with live numbers."""
-    from policylab.learn.quiz import localized_card, subject_card_text
+    from policylab.learn.explain import localized_card, subject_card_text
 
     text = subject_card_text(subject)
     kind = UI["kind_" + subject.kind]
