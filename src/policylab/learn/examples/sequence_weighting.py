@@ -55,7 +55,7 @@ def erpo_question_tokens(prompt_logp, question_mask):
     lp = f64(prompt_logp).reshape(1, -1)
     q = torch.tensor(question_mask).reshape(1, -1)
     tau = erpo_k.question_typicality(lp, q)
-    everything = erpo_k.question_typicality(lp, lp != 0)
+    everything = erpo_k.question_typicality(lp, torch.ones_like(q))  # every prompt token, template included
     refusal = error_head(lambda: methods.get("erpo").with_params({"kl_coef": 0.05}, methods.RunShape()))
     return {"prompt_logp": nums(lp.reshape(-1)), "typicality": num(tau[0]),
             "with_template_tokens": num(everything[0]), "refusal": refusal}
