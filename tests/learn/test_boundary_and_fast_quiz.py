@@ -82,6 +82,27 @@ def test_every_shipped_answer_has_a_boundary_in_both_languages():
     assert topics["x-dr_grpo-grpo"].boundary != grpo.boundary
 
 
+def test_every_shipped_question_states_its_own_boundary():
+    """A boundary about the question's own example, not one shared by its file: no shipped
+    file has a file-level block, every question has its block, and no two questions of a
+    file share one."""
+    import yaml
+
+    from policylab.learn import bank as bank_mod
+
+    root = Path(bank_mod.__file__).parent
+    files = sorted((root / "bank").glob("*.yaml")) + sorted((root / "metric_bank").glob("*.yaml")) \
+        + sorted((root / "literature_bank").glob("*.yaml"))
+    assert len(files) >= 60
+    for f in files:
+        data = yaml.safe_load(f.read_text())
+        assert "boundary" not in data, f"{f.name}: a file-level boundary"
+        blocks = [q.get("boundary") for q in data["questions"]]
+        assert all(blocks), f"{f.name}: a question without its own boundary"
+        texts = [b["en"]["shows"] for b in blocks]
+        assert len(set(texts)) == len(texts), f"{f.name}: two questions share one boundary"
+
+
 # ------------------------------------------------------ where an answer is shown
 
 
