@@ -134,7 +134,7 @@ def generated_zh(value: str) -> str | None:
         return (f"{_VERDICT_ZH[m['v']]}：`{m['key']}` 的{red}为 {m['m']}，对照组（{_control_zh(m['ctl'])}）为 "
                 f"{m['c']}，{m['n']} 个种子上的差为 {m['d']}{se}（{m['where']}）")
     if m := _CAP_RE.match(value):
-        out = (f"在其证据任务上训练 {m['steps']} 个采样步后的保留集准确率（{m['n']} 个种子）：{m['m']}，同一批提示上 GRPO 为 "
+        out = (f"在其证据任务上训练 {m['steps']} 个采样步后的留出集准确率（{m['n']} 个种子）：{m['m']}，同一批提示上 GRPO 为 "
                f"{m['g']}，差为 {m['d']}")
         if m["se"]:
             sig = {"significant": "显著", "not significant": "不显著", "too few seeds for a claim": "种子太少，不作结论"}[m["sig"]]
