@@ -11,11 +11,18 @@ samples of single-digit + and x, T = 1, <= 48 new tokens, one seed per batch):
   tokens, the fraction with |k − 1| > 0.2 (k = π_old/μ), the fraction TIS truncates
   (k > 2, cap of the fast mode) and the fraction IcePop's band would zero (k outside
   [0.5, 5]);
-* training forwards against the fp32 forward on those tokens: bf16 autocast of the whole
-  forward (train.dtype: bf16), and bf16 autocast of the decoder body with the output head
-  and log-softmax in fp32 (the head's logits computed from the bf16 body's hidden states
-  cast to fp32): mean / max |Δ log p| and the fraction of tokens whose policy ratio at
-  the sampling weights would already sit outside PPO's clip band (|Δ log p| > log 1.2).
+* training forwards against the fp32 forward on those tokens: the trainer's own bf16
+  forward (`train.dtype: bf16` through `backends.update.autocast` and `model_logprobs`:
+  the decoder body in bf16, the output head and log-softmax in fp32), the same computed
+  by hand here (a cross-check), and bf16 autocast of everything including the head
+  (what `train.dtype: bf16` did before the head was kept in fp32): mean / max |Δ log p|
+  and the fraction of tokens whose policy ratio at the sampling weights would already
+  sit outside PPO's clip band (|Δ log p| > log 1.2).
+
+The verdict the fast mode's `train.dtype: auto` follows (`policylab.methods.fast_mode`):
+bf16 training is allowed when the trainer's bf16 forward is no further from the fp32
+forward than the fast-bf16 sampler already is (mean and max |Δ log p|, which the TIS
+correction is there for) and fewer than 1% of the tokens sit outside the clip band.
 """
 
 from __future__ import annotations
@@ -70,28 +77,40 @@ def _merge(parts: list[dict]) -> dict:
 
 @torch.no_grad()
 def _train_forward(model, batch, mode: str) -> torch.Tensor:
-    """[B, T] log-probs of the batch's tokens: mode fp32 | bf16 (autocast everything) |
-    bf16-body (autocast the decoder, head + log-softmax in fp32)."""
+    """[B, T] log-probs of the batch's tokens: mode fp32 | trainer-bf16 (the trainer's
+    train.dtype=bf16 forward) | bf16-body (by hand: autocast the decoder, head +
+    log-softmax in fp32) | bf16-all (autocast everything, the head's logits in bf16)."""
+    from policylab.backends.update import autocast
     from policylab.models.logprobs import model_logprobs
     from policylab.models.vocab import response_hidden
 
     out = []
     for idx in torch.arange(batch.size).split(8):
         mb = batch.select(idx)
-        if mode == "fp32":
-            lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
-        elif mode == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+        resp = mb.tokens[:, mb.prompt_width:]
+        if mode in ("fp32", "trainer-bf16"):
+            with autocast("bf16" if mode == "trainer-bf16" else "fp32"):
                 lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
         else:
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 h, head, _cap = response_hidden(model, mb.tokens, mb.attention_mask, mb.prompt_width)
-            logits = torch.nn.functional.linear(h.float(), head.weight.float())
-            lsm = torch.log_softmax(logits, -1)
-            resp = mb.tokens[:, mb.prompt_width:]
-            lp = lsm.gather(-1, resp[..., None]).squeeze(-1)
-        out.append(lp.float())
+                if mode == "bf16-all":
+                    logits = head(h)  # bf16 under autocast
+            if mode == "bf16-body":
+                logits = torch.nn.functional.linear(h.float(), head.weight.float())
+            lp = torch.log_softmax(logits.float(), -1).gather(-1, resp[..., None]).squeeze(-1)
+        out.append(torch.where(mb.attention_mask[:, mb.prompt_width:], lp.float(), torch.zeros(())))
     return torch.cat(out)
+
+
+def bf16_training_allowed(res: dict) -> dict:
+    """The fast mode's rule (module doc): the trainer's bf16 forward against the fp32 one
+    is within the fast-bf16 sampler's own mismatch, and < 1% of tokens leave the clip band."""
+    eng, tr = res["engines"]["fast-bf16"], res["train_forward"]["trainer-bf16"]
+    checks = {"mean_within_sampler": tr["mean_abs_dlogp"] <= eng["mean_abs_dlogp"],
+              "max_within_sampler": tr["max_abs_dlogp"] <= eng["max_abs_dlogp"],
+              "outside_clip_below_1pct": tr["frac_outside_clip_log1.2"] < 0.01}
+    return {**checks, "allowed": all(checks.values())}
 
 
 def run(a) -> dict:
@@ -109,7 +128,7 @@ def run(a) -> dict:
                "fast-fp32": FastEngine(model, tok)}
     res: dict = {"engines": {}, "train_forward": {}}
     per_engine: dict[str, list] = {k: [] for k in engines}
-    per_train: dict[str, list] = {"bf16": [], "bf16-body": []}
+    per_train: dict[str, list] = {"trainer-bf16": [], "bf16-body": [], "bf16-all": []}
     for b in range(a.batches):
         prompts = _prompts(tok, a.prompts, seed=100 + b)
         for name, eng in engines.items():
@@ -127,6 +146,7 @@ def run(a) -> dict:
         print(f"batch {b + 1}/{a.batches} done", file=sys.stderr, flush=True)
     res["engines"] = {k: _merge(v) for k, v in per_engine.items()}
     res["train_forward"] = {k: _merge(v) for k, v in per_train.items()}
+    res["bf16_training"] = bf16_training_allowed(res)
     res["machine"] = machine()
     res["cpu"] = describe_cpu()
     res["threads"] = torch.get_num_threads()
@@ -154,9 +174,18 @@ def to_markdown(r: dict, command: str) -> str:
               "| forward | tokens | mean abs Δlogp | max abs Δlogp | outside the clip band (abs Δ > log 1.2) |",
               "|---|---:|---:|---:|---:|"]
     for k, v in r["train_forward"].items():
-        name = {"bf16": "bf16 autocast (train.dtype: bf16)", "bf16-body": "bf16 body, fp32 head + log-softmax"}[k]
+        name = {"trainer-bf16": "the trainer's train.dtype: bf16 (bf16 body; head + log-softmax in fp32)",
+                "bf16-body": "the same by hand (cross-check)",
+                "bf16-all": "bf16 autocast of everything, head included (not used)"}[k]
         lines.append(f"| {name} | {v['tokens']} | {v['mean_abs_dlogp']:.4f} | {v['max_abs_dlogp']:.4f} | "
                      f"{100 * v['frac_outside_clip_log1.2']:.2f}% |")
+    v = r.get("bf16_training")
+    if v:
+        lines += ["", "## The fast mode's bf16 training rule", "",
+                  "bf16 training is allowed when the trainer's bf16 forward is within the fast-bf16 sampler's own "
+                  "mismatch (mean and max abs Δlogp) and fewer than 1% of tokens leave the clip band: "
+                  + ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in v.items() if k != "allowed")
+                  + f". **Allowed: {'yes' if v['allowed'] else 'no'}**."]
     return "\n".join(lines) + "\n"
 
 
@@ -176,7 +205,7 @@ def main(argv=None) -> dict:
         cmd = "python benchmarks/fast_mode_error.py " + " ".join(argv if argv is not None else sys.argv[1:])
         Path(a.out).with_suffix(".json").write_text(json.dumps(r, indent=2))
         Path(a.out).with_suffix(".md").write_text(to_markdown(r, cmd.strip()))
-    print(json.dumps({k: r[k] for k in ("engines", "train_forward")}, indent=1))
+    print(json.dumps({k: r[k] for k in ("engines", "train_forward", "bf16_training")}, indent=1))
     return r
 
 

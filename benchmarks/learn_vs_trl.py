@@ -418,8 +418,9 @@ def parse(argv=None):
     ap.add_argument("--eval-every-s", type=float, default=50.0)
     ap.add_argument("--eval-every-steps", type=int, default=0, help="> 0: evaluate every N steps instead of every "
                                                                     "--eval-every-s seconds")
-    ap.add_argument("--fast-train-dtype", default="fp32", choices=("fp32", "bf16"),
-                    help="train.dtype of the policylab-fast side")
+    ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16"),
+                    help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, fp32 until the "
+                         "measured log-prob error allows bf16, policylab.methods.fast_mode)")
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)

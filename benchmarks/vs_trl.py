@@ -22,7 +22,9 @@ loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_data
 Each side runs in its own subprocess (`--worker <side>`), so the peak RSS of each is its own.
 The fast mode: "policylab-fast" is policylab with `rollout.engine: fast-bf16` (the bf16
 FastEngine samples, its log-probs are μ, TIS on the engine ratio corrects the mismatch;
-training in --fast-train-dtype, fp32 by default); its ratio is printed as
+training in --fast-train-dtype, by default the fast mode's own `train.dtype: auto`, fp32
+until the measured log-prob error allows bf16; one optimizer step per batch, so π_old is
+the training forward and no old pass runs); its ratio is printed as
 `ratio_vs_trl_fast=`, beside the exact-fp32 `ratio_vs_trl=`.
 Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix), "policylab-system"
 (policylab with `keep_freed_memory: false`, i.e. glibc's default allocator behaviour) and
@@ -342,8 +344,9 @@ def parse(argv=None):
     ap.add_argument("--engine", default="fast", choices=("fast", "hf", "auto"), help="policylab rollout engine")
     ap.add_argument("--engine-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--train-dtype", default="fp32", choices=("fp32", "bf16"))
-    ap.add_argument("--fast-train-dtype", default="fp32", choices=("fp32", "bf16"),
-                    help="train.dtype of the policylab-fast side")
+    ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16"),
+                    help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, fp32 until the "
+                         "measured log-prob error allows bf16, policylab.methods.fast_mode)")
     ap.add_argument("--trl-gradient-checkpointing", action="store_true")
     ap.add_argument("--eval-n", type=int, default=0)
     ap.add_argument("--sides", default="trl,policylab,policylab-fast", help="comma list: which sides to run, in order")
@@ -431,7 +434,7 @@ def main(argv=None) -> dict:
         print(f"ratio_vs_trl_keep={report['ratio_vs_trl_keep']:.3f}  (TRL with the same allocator setting)")
     if "ratio_vs_trl_fast" in report:
         print(f"ratio_vs_trl_fast={report['ratio_vs_trl_fast']:.3f}  (the fast mode: rollout.engine=fast-bf16, "
-              f"train dtype {a.fast_train_dtype})")
+              f"train dtype {results['policylab-fast'].get('train_dtype', a.fast_train_dtype)})")
     if "ratio_vs_trl" in report:
         print(f"ratio_vs_trl={report['ratio_vs_trl']:.3f}")
     return report

@@ -63,8 +63,30 @@ def test_vs_trl_fast_side_tiny(tmp_path, tiny_model_dir):
     vs_trl = _load("vs_trl")
     report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab-fast"))
     f = report["sides"]["policylab-fast"]
-    assert f["engine"] == "fast-bf16" and f["corrections"] == ["tis"] and f["train_dtype"] == "fp32"
-    assert "| train dtype / corrections | fp32 / tis |" in (tmp_path / "v.md").read_text()
+    from policylab.methods.fast_mode import train_dtype
+
+    want = train_dtype("fast-bf16")  # train.dtype: auto, the fast mode's choice on this host's CPU
+    assert f["engine"] == "fast-bf16" and f["corrections"] == ["tis"] and f["train_dtype"] == want
+    assert f"| train dtype / corrections | {want} / tis |" in (tmp_path / "v.md").read_text()
+
+
+def test_fast_mode_error_tiny(tmp_path, tiny_model_dir):
+    """The numerics benchmark on the tiny model: every engine and training forward is
+    measured, the trainer's bf16 forward equals the hand-computed bf16 body + fp32 head,
+    and the bf16-training verdict is the stated rule applied to the numbers."""
+    err = _load("fast_mode_error")
+    r = err.main(["--model", str(tiny_model_dir), "--batches", "1", "--prompts", "2", "--group", "2",
+                  "--max-new", "4", "--out", str(tmp_path / "e")])
+    assert set(r["engines"]) == {"fast-bf16", "fast-int8-g32", "fast-fp32"}
+    tf = r["train_forward"]
+    assert set(tf) == {"trainer-bf16", "bf16-body", "bf16-all"} and tf["trainer-bf16"]["tokens"] > 0
+    assert abs(tf["trainer-bf16"]["mean_abs_dlogp"] - tf["bf16-body"]["mean_abs_dlogp"]) < 1e-5
+    assert r["engines"]["fast-fp32"]["max_abs_dlogp"] < 1e-3 < r["engines"]["fast-bf16"]["max_abs_dlogp"]
+    v, e, t = r["bf16_training"], r["engines"]["fast-bf16"], tf["trainer-bf16"]
+    assert v["allowed"] == (t["mean_abs_dlogp"] <= e["mean_abs_dlogp"] and t["max_abs_dlogp"] <= e["max_abs_dlogp"]
+                            and t["frac_outside_clip_log1.2"] < 0.01)
+    md = (tmp_path / "e.md").read_text()
+    assert "## The fast mode's bf16 training rule" in md and "**Allowed: " in md
 
 
 @pytest.mark.slow  # ~20 s: TRL import and trainer set-up; runs with `make test-all` when trl is installed

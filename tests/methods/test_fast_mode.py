@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from policylab import methods
-from policylab.methods.fast_mode import CORRECTION_WHY, pair_correction
+from policylab.methods.fast_mode import CORRECTION_WHY, pair_correction, train_dtype
 from policylab.engines import cpu
 from policylab.errors import ConfigError
 from policylab.methods.loss import policy_loss, tensor_inputs
@@ -31,7 +31,8 @@ def test_grpo_gets_tis_with_its_own_cap_parameter_and_header():
     m = pair_correction(methods.get("grpo"), "fast-bf16")
     assert [s.name for s in m.corrections] == ["tis"]
     assert m.p["tis_cap"] == 2.0
-    assert "logp_old" in m.roles and "logp_behavior" in m.required_fields  # the trainer runs the fp32 old pass
+    assert "logp_old" in m.roles and "logp_behavior" in m.required_fields  # TIS reads π_old (in the step when single)
+    assert m.old_readers_before_update == ()
     labels = dict(line(m.p) for line in m.header)
     assert "TIS" in labels["mismatch"] and CORRECTION_WHY in labels["mismatch"]
     assert "fast mode" in m.card.summary and "fast-bf16" in m.card.samples
@@ -92,9 +93,9 @@ def test_trainer_step_samples_with_bf16_and_corrects(tiny_model_dir, tmp_path, m
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
     assert tr.engine.engine_name == "fast-bf16" and tr.engine.dtype == torch.bfloat16
     assert next(tr.model.parameters()).dtype == torch.float32  # fp32 master weights
-    assert tr.needs_old_pass()
+    assert not tr.needs_old_pass()  # one update per batch: π_old is the training forward (test_old_from_forward)
     m = tr.train_step()
-    assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] > 1e-4  # a real mismatch, measured
+    assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] > 1e-4  # a real mismatch, measured in the step
     assert "correction/tis/ess" in m and 0.0 < m["correction/tis/ess"] <= 1.0
 
 
@@ -103,3 +104,40 @@ def test_refused_on_a_host_without_native_bf16(tiny_model_dir, tmp_path, monkeyp
     cfg = tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
     with pytest.raises(cpu.UnsupportedHost, match="avx512_bf16 or amx_bf16.*avx2 fma.*emulated"):
         Trainer(cfg)
+
+
+def test_train_dtype_auto_follows_the_engine_the_cpu_and_the_measurement(tiny_model_dir, tmp_path, monkeypatch):
+    """train.dtype: auto is fp32 in exact mode; under the fast mode bf16 only where the CPU
+    has native bf16 and the measured error allows it (it does not yet: fp32); an explicit
+    value is kept."""
+    from policylab.methods import fast_mode
+
+    assert fast_mode.BF16_TRAINING_ALLOWED is False  # the measured verdict (fast_mode_error.md)
+    assert train_dtype("fast-bf16", AMX) == "fp32" and train_dtype("fast-bf16", AVX2_ONLY) == "fp32"
+    monkeypatch.setattr(fast_mode, "BF16_TRAINING_ALLOWED", True)  # the rule if the measurement allowed it
+    assert train_dtype("fast-bf16", AMX) == "bf16" and train_dtype("fast-bf16", AVX2_ONLY) == "fp32"
+    assert train_dtype("fast", AMX) == "fp32" and train_dtype("auto", AMX) == "fp32"
+    for flags, want in ((AMX, "bf16"), (AVX2_ONLY, "fp32")):
+        monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO, f=flags: f)
+        assert tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"}).train.dtype == want
+        assert tiny_config(tiny_model_dir, tmp_path / "r").train.dtype == "fp32"
+        assert tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"},
+                           train={"dtype": "fp32"}).train.dtype == "fp32"
+    with pytest.raises(ConfigError, match="train.dtype 'fp16' is not one of auto, fp32, bf16, fp64"):
+        tiny_config(tiny_model_dir, tmp_path / "r", train={"dtype": "fp16"})
+
+
+def test_fast_mode_trains_bf16_with_fp32_master_weights_and_says_so(tiny_model_dir, tmp_path, monkeypatch):
+    from policylab.trainer.report import summary
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AMX)
+    assert Trainer(tiny_config(tiny_model_dir, tmp_path / "a", rollout={"engine": "fast-bf16"})).cfg.train.dtype \
+        == "fp32"  # auto, today's verdict
+    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4},
+                             train={"dtype": "bf16"}))
+    assert tr.cfg.train.dtype == "bf16" and tr.worker.dtype == "bf16"
+    m = tr.train_step()
+    assert all(p.dtype == torch.float32 for p in tr.model.parameters())
+    assert math.isfinite(m["loss/policy"]) and "correction/tis/ess" in m
+    head = summary(tr).splitlines()[0]
+    assert "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32" in head

@@ -186,6 +186,21 @@ def _forward(model, mb: RolloutBatch, idx: torch.Tensor, prefix, settings: Updat
                               chunk_size=settings.chunk_size, with_entropy=with_entropy)
 
 
+def step_inputs(mb: RolloutBatch, logp: torch.Tensor, adv: torch.Tensor, entropy: torch.Tensor | None, *,
+                old_from_same_forward: bool) -> LossInputs:
+    """The loss stages' inputs of one micro-batch from its training forward `logp`.
+
+    `old_from_same_forward` (a single on-policy update: this forward runs at the sampling
+    weights): π_old := sg(logp), both as `LossInputs.logp_old` (the objective's ratio,
+    exactly 1) and on the batch the corrections read (`batch.logp_old`), so an engine
+    ratio is k = π_old/μ = exp(sg(logp) − logp_behavior) whichever engine sampled μ.
+    Otherwise π_old is the batch's recomputed `logp_old` (the old pass)."""
+    if old_from_same_forward:
+        mb = dataclasses.replace(mb, logp_old=logp.detach())
+    return LossInputs(logp=logp, logp_old=mb.logp_old, logp_behavior=mb.logp_behavior, logp_ref=mb.logp_ref,
+                      adv=adv, mask=mb.loss_mask, entropy=entropy, batch=mb)
+
+
 def _micro_batch_loss(method: Method, mb: RolloutBatch, inp: LossInputs, norms: dict, totals: dict):
     """The micro-batch's share of the step's loss: each term aggregated over its own mask
     with the step's normalizer (None when no term has a counted token here)."""
@@ -217,12 +232,16 @@ def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, 
     if prefix is not None:
         lengths = minibatch.loss_mask.sum(-1)  # micro-batches then carry response tokens only
     by_group = method.objective.row_coupling == "group"
+    # the engine mismatch |π_old − μ| is logged from this forward when no old pass ran (the
+    # round-time diagnostics then had no π_old): in a single on-policy update this forward
+    # runs at the sampling weights, so it is π_old in value, whether or not a stage reads it
+    old_mismatch = old_from_same_forward and minibatch.logp_old is None and minibatch.logp_behavior is not None
+    mismatch_max = 0.0
     for idx in micro_batches(minibatch, settings.micro_batch_size, lengths, by_group):
         mb, mb_adv = trim(minibatch.select(idx), adv[idx], keep_prompt=prefix is not None)
         logp, entropy = _forward(model, mb, idx, prefix, settings, need_entropy)
-        inp = LossInputs(logp=logp, logp_old=logp.detach() if old_from_same_forward else mb.logp_old,
-                         logp_behavior=mb.logp_behavior, logp_ref=mb.logp_ref, adv=mb_adv, mask=mb.loss_mask,
-                         entropy=entropy, batch=mb)
+        inp = step_inputs(mb, logp, mb_adv, entropy, old_from_same_forward=old_from_same_forward)
+        mb = inp.batch
         loss, metrics = _micro_batch_loss(method, mb, inp, plan.norms, totals)
         if loss is None:
             continue
@@ -232,12 +251,19 @@ def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, 
         m = dict(metrics)
         m["policy/entropy"] = float(masked_mean(entropy, mb.loss_mask))
         if mb.logp_behavior is not None:
-            m["mismatch/behavior_vs_current_abs_dlogp"] = float(
-                masked_mean((mb.logp_behavior - logp.detach()).abs(), mb.loss_mask))
+            gap = (mb.logp_behavior - logp.detach()).abs()
+            m["mismatch/behavior_vs_current_abs_dlogp"] = float(masked_mean(gap, mb.loss_mask))
+            if old_mismatch:
+                m["mismatch/old_vs_behavior_abs_dlogp_mean"] = m["mismatch/behavior_vs_current_abs_dlogp"]
+                if bool(mb.loss_mask.any()):
+                    mismatch_max = max(mismatch_max, float(gap[mb.loss_mask].max()))
         reducer.add(m, weight=float(mb.loss_mask.sum()))
     if prefix is not None:
         prefix.backward()  # the prompts' share of the gradient, through the prefix graph once
-    return totals, reducer.result(), False
+    out = reducer.result()
+    if old_mismatch and "mismatch/old_vs_behavior_abs_dlogp_mean" in out:
+        out["mismatch/old_vs_behavior_abs_dlogp_max"] = mismatch_max
+    return totals, out, False
 
 
 def apply_step(learner: Learner, hooks: StepHooks, out: dict, nonfinite: bool) -> dict:
@@ -271,7 +297,9 @@ def optimizer_step(learner: Learner, method: Method, minibatch: RolloutBatch, ad
 
     `old_from_same_forward=True` is the single on-policy update: π_old equals π_θ in
     value, so logp_old := sg(logp) of this very forward (ratio exactly 1) instead of a
-    separate old-logprob pass; otherwise `minibatch.logp_old` must be present.
+    separate old-logprob pass, for the objective and for every correction (an engine
+    ratio π_old/μ is then exp(sg(logp) − logp_behavior), whichever engine sampled μ);
+    otherwise `minibatch.logp_old` must be present.
     `learner.settings.shared_prefix` computes each distinct prompt once when two rows share one
     (`policylab.models.prefix.SharedPrefix`; same loss and gradient up to float rounding).
     With `learner.settings.skip_zero_adv`, rows whose advantage is 0 on every counted token are

@@ -23,8 +23,8 @@ import torch
 
 from policylab.errors import ConfigError
 
-__all__ = ["BF16_NATIVE_FLAGS", "UnsupportedHost", "cpu_flags", "cpu_model", "describe_cpu", "fast_dtype",
-           "native_bf16"]
+__all__ = ["BF16_NATIVE_FLAGS", "UnsupportedHost", "bf16_training_native", "cpu_flags", "cpu_model", "describe_cpu",
+           "fast_dtype", "native_bf16"]
 
 CPUINFO = "/proc/cpuinfo"
 # either gives native bf16 arithmetic (fp32 accumulation)
@@ -81,6 +81,13 @@ def describe_cpu(flags: frozenset[str] | None = None, path: str | Path = CPUINFO
     if not flags:
         known = "flags unknown (no /proc/cpuinfo flags line)"
     return f"{cpu_model(path)}; {known}" + (f" (no {' '.join(missing)})" if flags and missing else "")
+
+
+def bf16_training_native(flags: frozenset[str] | None = None, path: str | Path = CPUINFO) -> bool:
+    """Whether bf16 autocast of the training forward computes natively on this host (the
+    same flags as the bf16 engine); on an AVX2-only host bf16 matmuls are emulated through
+    fp32, so the fast mode keeps fp32 training there (`methods.fast_mode.train_dtype`)."""
+    return native_bf16(cpu_flags(path) if flags is None else frozenset(flags))
 
 
 def fast_dtype(flags: frozenset[str] | None = None, path: str | Path = CPUINFO) -> torch.dtype:

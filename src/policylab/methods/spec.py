@@ -45,7 +45,7 @@ import torch
 from policylab.methods.param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
     Param, ParamError, Params, ParamView, non_negative, positive, unit_interval)
 from policylab.methods.stage import (  # noqa: F401  (re-exported: the spec's public names)
-    CAPABILITIES, PACKAGE_ROOT, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage, source_location)
+    CAPABILITIES, LOSS_KINDS, PACKAGE_ROOT, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage, source_location)
 
 
 @dataclass(frozen=True)
@@ -250,15 +250,27 @@ class Method:
     @property
     def roles(self) -> tuple[str, ...]:
         """The role passes this method itself needs. The objective's π_old is not one of
-        them: for a single on-policy update with the trainer's numerics it is sg(logp) of
-        the training forward (same value, ratio exactly 1); the trainer runs the old pass
-        whenever that does not hold (several updates, staleness, another engine)."""
+        them: for a single on-policy update it is sg(logp) of the training forward (same
+        value, ratio exactly 1); the trainer runs the old pass whenever that does not hold
+        (several updates, staleness). A correction's π_old (the engine ratio π_old/μ) is
+        listed, but in a single on-policy update it too is read from the training forward
+        (`old_readers_before_update` says when a pass is needed anyway)."""
         out: dict[str, None] = {}
         for s in self.stages():
             if s.is_active(self.p):
                 reads = [f for f in s.reads if not (s.kind == "objective" and f == "logp_old")]
                 out.update(dict.fromkeys(f for f in reads if f in ROLE_FIELDS))
         return tuple(out)
+
+    @property
+    def old_readers_before_update(self) -> tuple[str, ...]:
+        """Names of the active stages outside the loss (round, after, ...) that read
+        logp_old: they need π_old before (or apart from) the training forward, so the
+        trainer runs the old pass even for a single on-policy update. The loss stages
+        (objective, corrections, addends, terms) are not listed: inside the optimizer step
+        of a single on-policy update π_old is sg(logp) of that step's own forward."""
+        return tuple(s.name for s in self.stages()
+                     if s.is_active(self.p) and s.kind not in LOSS_KINDS and "logp_old" in s.reads)
 
     @property
     def needs_entropy_grad(self) -> bool:

@@ -15,6 +15,8 @@ from policylab.methods.param_types import Params
 STAGE_KINDS = ("model", "source", "reward", "filter", "round", "advantage", "objective", "correction", "addend",
                "term", "grad", "poststep", "after")
 ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
+# the stage kinds that run inside the optimizer step, on the training forward's LossInputs
+LOSS_KINDS = ("objective", "correction", "addend", "term")
 # optional backend calls a stage may declare in `Stage.needs` (every backend has the core ones:
 # rollout generate/decode/sync_weights, worker role_logprobs/values)
 CAPABILITIES = {

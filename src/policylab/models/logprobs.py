@@ -294,7 +294,9 @@ def model_logprobs(
     chunks, so [B, L, V] logits are never built. Gemma-style
     `config.final_logit_softcapping` is applied; a model that changes its logits after
     the head in any other way needs `response_only_logits=False` (full forward, logits
-    sliced to the response positions).
+    sliced to the response positions). Under bf16 autocast the split path runs the
+    decoder in bf16 and the head and log-softmax in fp32 (`logprobs_from_hidden`); the
+    full-forward path takes the logits as the model computes them under autocast.
 
     The log-probs then come from `token_logprobs` under `sampling` with `mask`
     ([B, T] bool, default `attention_mask[:, prompt_width:]`): response padding (after
@@ -340,11 +342,19 @@ def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targ
     """The response tail of `model_logprobs`: final hidden states [B, T, H] at the positions
     that predict `targets` [B, T] -> the output head (with the softcap, if any), in
     `chunk_size` chunks -> log-probs under `sampling`, 0 outside `mask` (and entropy).
-    Shared with the shared-prefix path (`policylab.models.prefix`)."""
+    Shared with the shared-prefix path (`policylab.models.prefix`). Under autocast (bf16
+    training) the head and everything after it run in fp32 (autocast off there)."""
     s = sampling
 
     def row_logits(h: torch.Tensor) -> torch.Tensor:
-        z = head(h)
+        if torch.is_autocast_enabled(h.device.type):
+            # bf16 training (`train.dtype: bf16`): the decoder body ran in bf16; the output
+            # head, the softcap and the log-softmax run in fp32 on the fp32 master weights,
+            # so every log-prob a ratio is formed from has fp32 logits
+            with torch.autocast(h.device.type, enabled=False):
+                z = head(h.float())
+        else:
+            z = head(h)
         return z if softcap is None else torch.tanh(z / softcap) * softcap
 
     flat = hidden.reshape(-1, hidden.shape[-1])

@@ -59,7 +59,7 @@ class TrainConfig:
     epochs: int = 1  # K passes over each rollout batch
     minibatches: int = 1  # optimizer steps per pass (the batch is split into this many)
     micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a minibatch)
-    dtype: str = "fp32"  # fp32 | bf16 (autocast for the training forward, fp32 master weights) | fp64
+    dtype: str = "auto"  # auto (fp32; bf16 only under rollout.engine=fast-bf16 on a CPU with native bf16 once the measured error allows it, which it does not yet: policylab.methods.fast_mode) | fp32 | bf16 (autocast of the decoder body; output head, log-softmax and ratios in fp32; fp32 master weights) | fp64
     device: str = "cpu"  # torch device of the policy, reference and critic (autocast follows it)
     lora_rank: int = 0  # > 0: train LoRA adapters (peft) instead of all weights
     lora_alpha: float = 16.0  # LoRA scaling numerator
@@ -250,7 +250,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         (r.engine in ("auto", "fast", "hf", "fast-bf16"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf, "
                                                           "fast-bf16"),
         (r.engine_dtype in ENGINE_DTYPES, f"rollout.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}"),
-        (t.dtype in ("fp32", "bf16", "fp64"), "train.dtype must be fp32, bf16 or fp64"),
+        (t.dtype in ("auto", "fp32", "bf16", "fp64"), f"train.dtype {t.dtype!r} is not one of auto, fp32, bf16, fp64"),
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
         (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
@@ -269,6 +269,10 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"rollout.engine=fast-bf16 is a bf16 engine; rollout.engine_dtype={r.engine_dtype} "
                               "contradicts it (leave engine_dtype unset, or use rollout.engine=fast)")
         r.engine_dtype = "bf16"
+    if t.dtype == "auto":  # resolved here: the saved config and every reader see fp32 or bf16
+        from policylab.methods.fast_mode import train_dtype
+
+        t.dtype = train_dtype(r.engine)
     total = r.prompts_per_step * r.group_size
     if total % t.minibatches:
         raise ConfigError(f"a rollout batch of {total} sequences does not split into train.minibatches={t.minibatches}")

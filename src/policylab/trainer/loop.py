@@ -142,10 +142,43 @@ class Trainer:
                        max_refill_rounds=r.max_refill_rounds, tag=tag)
 
     # ------------------------------------------------------------ role passes
+    def old_pass_reasons(self) -> list[str]:
+        """Why π_old needs a no-grad pass of its own at the sampling weights; [] when it
+        does not. In a single on-policy update (one epoch, one minibatch, no staleness)
+        the training forward runs at the sampling weights, so π_old is sg(logp) of that
+        forward, whichever engine sampled: the engine's numerics enter only through μ
+        (`logp_behavior`), and a correction's engine ratio π_old/μ is formed inside the
+        step from the detached training log-probs (`backends.update.accumulate`). Several
+        updates of one batch, a stale batch, or a stage that reads π_old outside the loss
+        (a round stage, before the update) need the pass."""
+        s, reasons = self.shape, []
+        if s.epochs > 1:
+            reasons.append(f"{s.epochs} epochs over each batch")
+        if s.minibatches > 1:
+            reasons.append(f"{s.minibatches} minibatches per epoch")
+        if s.staleness > 0:
+            reasons.append(f"batches trained {s.staleness} version(s) after sampling")
+        readers = self.method.old_readers_before_update
+        if readers:
+            reasons.append(f"read before the update by {', '.join(readers)}")
+        return reasons
+
     def needs_old_pass(self) -> bool:
-        """π_old must be recomputed unless this is a single on-policy update whose
-        engine has the trainer's numerics (then it is sg(logp) of the training forward)."""
-        return "logp_old" in self.method.roles or not self.shape.single_update or not self.rollout.same_numerics_as_trainer
+        """π_old is recomputed by its own pass (see `old_pass_reasons`), or else it is
+        sg(logp) of the training forward."""
+        return bool(self.old_pass_reasons())
+
+    def old_logp_source(self) -> str:
+        """Where this run's π_old comes from, for the run header."""
+        reasons = self.old_pass_reasons()
+        if reasons:
+            return f"recomputed by the trainer at the sampling weights, a no-grad pass ({'; '.join(reasons)})"
+        text = "sg(logp) of the training forward (single on-policy update: policy ratio exactly 1, no separate pass)"
+        readers = [st.name for st in self.method.active("correction") if "logp_old" in st.reads]
+        if readers:
+            text += (f"; {', '.join(readers)} forms the engine ratio π_old/μ from that same forward and the "
+                     f"{self.rollout.engine_name} engine's μ")
+        return text
 
     def prepare(self, batch: RolloutBatch) -> RolloutBatch:
         """Role passes at the sampling weights, right after sampling: π_old (exact, even

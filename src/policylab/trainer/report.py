@@ -33,7 +33,7 @@ def summary(trainer: Trainer) -> str:
     p = rc.p
     r, t = cfg.rollout, cfg.train
     lines = [
-        f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {t.dtype} training)",
+        f"model      {cfg.model}  ({n / 1e6:.1f}M params, {ntrain / 1e6:.1f}M trainable, {_train_dtype_line(t.dtype)})",
         f"method     {rc.name}: {card.summary}",
         f"samples    {card.samples}  [engine {trainer.engine.engine_name}]",
         f"learns     {card.learns}",
@@ -42,11 +42,17 @@ def summary(trainer: Trainer) -> str:
         f"device     cpu, {__import__('torch').get_num_threads()} threads, allocator: {_allocator_line()}",
         f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
         f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
-        f"old logp   {'recomputed by the trainer' if trainer.needs_old_pass() else 'same forward (single on-policy update: ratio exactly 1)'}",
+        f"old logp   {trainer.old_logp_source()}",
         "params     " + ", ".join(f"{k}={v}" for k, v in p.items()),
         f"run dir    {cfg.run_dir}",
     ]
     return "\n".join(lines)
+
+
+def _train_dtype_line(dtype: str) -> str:
+    if dtype == "bf16":
+        return "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32, fp32 master weights"
+    return f"{dtype} training"
 
 
 def _allocator_line() -> str:
