@@ -84,7 +84,7 @@ ENGINE = hosting.Engine(
                "one process, no vLLM weight sync for a re-parameterized model"),
     step_kinds=frozenset({"model", "grad", "poststep"}),
     step_services={"rollout.greedy": "greedy replies of the learner at its current weights (HF generate on TRL's "
-                                     "model), for a stage that decodes (cord's retention_source=base_greedy)"},
+                                     "model), for a stage that decodes"},
     step_requires={"lora_adapter": "a LoRA adapter on TRL's model: peft_config=LoraConfig(r=..., "
                                    "target_modules=\"all-linear\") or a PeftModel as model",
                    "train_examples": "PolicylabGRPOTrainer(train_examples=[{\"prompt\": ..., \"answer\": ...}, ...]) "
