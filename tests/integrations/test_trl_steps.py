@@ -300,6 +300,6 @@ def test_use_vllm_is_refused_for_a_reparameterized_model():
     vllm = type("Cfg", (), {"use_vllm": True})()
     plan = hosting.plan("iso", PT.ENGINE)
     with pytest.raises(PolicylabError, match="vLLM weight sync sends the model's parameters by name"):
-        _check_step_args(plan.method, plan, vllm, {}, None)
+        _check_step_args(plan.method, plan, vllm, None)
     cord = hosting.plan("cord", PT.ENGINE)  # a gradient stage only: the model's parameters keep their names
-    _check_step_args(cord.method, cord, vllm, {}, [("q", "a")])
+    _check_step_args(cord.method, cord, vllm, [("q", "a")])

@@ -149,7 +149,7 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         self._policylab_rewards = None
         self._policylab_steps = None
         self._policylab_grad_done = False
-        _check_step_args(m, plan, cfg, kwargs, train_examples)
+        _check_step_args(m, plan, cfg, train_examples)
         super().__init__(*args, **kwargs)
         if getattr(self, "_entropy_bonus_enabled", False):
             raise PolicylabError("TRL's entropy bonus is not run by PolicylabGRPOTrainer: set "
@@ -476,7 +476,7 @@ def _check_loss_settings(m, cfg) -> None:
                              f"TRL's loss settings; these differ from the method's: " + "; ".join(bad))
 
 
-def _check_step_args(m, plan, cfg, kwargs, train_examples) -> None:
+def _check_step_args(m, plan, cfg, train_examples) -> None:
     """Refuse settings the step extension cannot honour, before TRL builds anything."""
     draws = [s.name for s in hosting.learner_stages(m) if "train_examples" in s.requires]
     if train_examples is not None and not draws:

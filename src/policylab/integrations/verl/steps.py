@@ -32,7 +32,8 @@ The stages run on a plain (unsharded, un-wrapped) torch module with the actor's 
 engine's own tensors (one process: the local shard is the whole tensor, no copy); a
 stage's gradient or weight writes go back to the engine's tensors. A stage that runs a
 forward (CORD's retention loss) runs it on that module with plain autograd, outside
-FSDP's hooks. The extension runs in one process (data-parallel size 1): a sharded actor
+FSDP's hooks (the copy's own weights are dropped once it is bound: no second copy of the
+weights is kept). The extension runs in one process (data-parallel size 1): a sharded actor
 would need every stage to run on gathered tensors, which it does not do.
 """
 
