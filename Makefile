@@ -59,7 +59,7 @@ install-verl: $(VERL_BIN)/.installed
 
 # `make test MARK='not slow and not distributed'` leaves out the Ray and two-process runs
 MARK ?= not slow
-VERL_TESTS := tests/integrations/test_verl.py tests/integrations/test_verl_ray.py tests/integrations/test_verl_actor.py tests/integrations/test_verl_config.py tests/integrations/test_verl_extension.py
+VERL_TESTS := tests/integrations/test_verl.py tests/integrations/test_verl_ray.py tests/integrations/test_verl_actor.py tests/integrations/test_verl_config.py tests/integrations/test_verl_extension.py tests/integrations/test_verl_steps.py
 
 # without the browser packages (not root, not CI) the browser test is skipped, said once above
 SKIP_BROWSER = $$(test -f $(VENV)/.no-browser && echo 1)

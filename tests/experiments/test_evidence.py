@@ -258,7 +258,8 @@ def test_every_card_states_four_levels_derived_from_measured_results():
 
     for name in methods.names():
         lv = ev.levels(name)
-        assert lv.formula == ev.FORMULA and lv.scale in (ev.SCALE, ev.SCALE_TRL)
+        assert lv.formula == ev.FORMULA and lv.scale in (ev.SCALE, ev.SCALE_TRL, ev.SCALE_STEP)
+        assert (lv.scale == ev.SCALE_STEP) == (name in ("cord", "gcpo", "iso")), name
         if name in ev._CAPABILITY:
             assert lv.capability == ev.EVIDENCE[name]
         else:

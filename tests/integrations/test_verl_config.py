@@ -77,8 +77,12 @@ def test_integrations_command_reports_verl_and_a_plug_in_that_did_not_load(monke
     assert f"policy losses registered by `import verl` ({n_host + n_req})" in text
     # the raw-ratio requirement is the engine-mismatch corrections' (through verl's own hooks); the
     # round-extension methods' requirements name their engine pass, rows or columns
-    plain = {n for n, p in groups["hostable with a requirement"].items() if not p.extension}
+    plain = {n for n, p in groups["hostable with a requirement"].items() if not p.extension and not p.step}
     assert plain == {"tis", "icepop", "kpop", "mis", "minirl"}
+    # the step extension's: the condition its stage declares (cord's examples, gcpo's adapter)
+    stepped = {n: p.requires for n, p in groups["hostable with a requirement"].items() if p.step}
+    assert set(stepped) == {"cord", "gcpo"} and "iso" in groups["hostable"]
+    assert "train_examples" in stepped["cord"][0] and "lora_rank" in stepped["gcpo"][0]
     assert "tis: requires the raw engine ratio as rollout_is_weights" in text or \
         "mis, tis: requires the raw engine ratio as rollout_is_weights" in text
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")  # verl skips every entry point

@@ -9,10 +9,13 @@ runs it, minus Ray and the rollout: `ActorRolloutRefWorker(role="actor").init_mo
 pass), verl's rollout correction (`compute_rollout_correction_and_add_to_batch`),
 `compute_advantage` with the policylab estimator, and `RayPPOTrainer._update_actor`
 (mini-batches, micro-batches, the loss through `ppo_loss`, gradient accumulation, the
-FSDP gradient reduction over ranks, the optimizer step). The rollout is a fixed batch
+FSDP gradient reduction over ranks, the optimizer step); methods with learner-changing
+stages (`STEP`) run with policylab's actor worker class
+(`policylab.integrations.verl.steps`). The rollout is a fixed batch
 (tokens, rewards and the sampler's log-probs, `BATCH`), split between ranks the way
-verl's dispatch splits it (contiguous chunks). Rank 0 writes the full weights after the
-update, verl's old log-probs, the advantages and the metrics to OUT.METHOD.pt."""
+verl's dispatch splits it (contiguous chunks). Rank 0 writes the full weights before and after the
+update, verl's old log-probs, the advantages, the metrics and (`STEP`) the weights its
+rollout would receive to OUT.METHOD.pt."""
 
 from __future__ import annotations
 
@@ -29,6 +32,13 @@ LR = 0.5
 # methods run through the round extension (policylab.integrations.verl.rounds): the driver's
 # compute_advantage after the old-logprob pass, the actor's loss_fn set on the worker
 EXTENSION = ("gmc",)
+# methods run through the step extension (policylab.integrations.verl.steps): policylab's
+# actor worker class, AdamW (an elementwise optimizer: GCPO's gradient and post-step
+# projections then do different things) with verl's clipping active; their extra overrides
+# (adapter, training examples) come as a JSON mapping method -> [override] in
+# POLICYLAB_VERL_STEP_OVERRIDES
+STEP = ("cord", "gcpo", "iso")
+STEP_LR, STEP_CLIP = 5e-3, 0.5
 B, P, T, N = 8, 4, 6, 4  # 2 prompts x 4 responses; prompt and response widths
 
 
@@ -49,9 +59,17 @@ def overrides(model_dir: str, method: str) -> list[str]:
            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
            "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
            "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-           "actor_rollout_ref.actor.optim.optimizer=SGD", f"actor_rollout_ref.actor.optim.lr={LR}",
-           "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.optim.clip_grad=1e9",
-           "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0.0"]
+           "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.use_kl_loss=False",
+           "actor_rollout_ref.actor.entropy_coeff=0.0"]
+    if method in STEP:
+        import json
+
+        out += ["actor_rollout_ref.actor.optim.optimizer=AdamW", f"actor_rollout_ref.actor.optim.lr={STEP_LR}",
+                f"actor_rollout_ref.actor.optim.clip_grad={STEP_CLIP}"]
+        out += json.loads(os.environ.get("POLICYLAB_VERL_STEP_OVERRIDES", "{}")).get(method, [])
+    else:
+        out += ["actor_rollout_ref.actor.optim.optimizer=SGD", f"actor_rollout_ref.actor.optim.lr={LR}",
+                "actor_rollout_ref.actor.optim.clip_grad=1e9"]
     if method == "dr_grpo":
         out.append(f"+actor_rollout_ref.actor.policy_loss.method_params.L_norm={float(T)}")
     if method == "cispo":
@@ -101,8 +119,15 @@ def run(model_dir: str, out: str, method: str) -> None:
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     with initialize_config_dir(config_dir=os.path.dirname(cfg_pkg.__file__), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides(model_dir, method))
-    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
+    if method in STEP:
+        from policylab.integrations.verl.steps import ActorRolloutRefWorker as StepWorker
+
+        worker = StepWorker(cfg.actor_rollout_ref, role="actor")
+    else:
+        worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
     worker.init_model()
+    start = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+             for k, v in worker.actor.engine.module.state_dict().items()}
     t = batch_tensors()
     attn = torch.cat([t["prompt_mask"], t["response_mask"]], 1).long()
     full = DataProto.from_dict(
@@ -143,6 +168,11 @@ def run(model_dir: str, out: str, method: str) -> None:
     state = {}
     for k, v in worker.actor.engine.module.state_dict().items():  # full_tensor is collective: every rank
         state[k] = (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+    exported, step_state = None, None
+    if method in STEP:  # the weights verl's rollout would receive; the extension's per-run state
+        params, _ = worker.actor.engine.get_per_tensor_param()
+        exported = {k: v.detach().clone() for k, v in params}
+        step_state = {k: v.state_dict() for k, v in worker.policylab_steps.state.items() if hasattr(v, "state_dict")}
     gathered = [None] * world
     torch.distributed.all_gather_object(gathered, {"old": part.batch["old_log_probs"],
                                                    "rollout": part.batch.get("rollout_log_probs")})
@@ -150,7 +180,8 @@ def run(model_dir: str, out: str, method: str) -> None:
         torch.save({"state": state, "old": torch.cat([x["old"] for x in gathered]),
                     "rollout": (torch.cat([x["rollout"] for x in gathered]) if gathered[0]["rollout"] is not None
                                 else None),
-                    "advantages": full.batch["advantages"], "metrics": result.meta_info["metrics"]},
+                    "advantages": full.batch["advantages"], "metrics": result.meta_info["metrics"],
+                    "start": start, "exported": exported, "step_state": step_state},
                    f"{out}.{method}.pt")
 
 

@@ -137,9 +137,20 @@ def _policy(method, model_name: str, train, shape, controllers):
     if train.lora_rank > 0:
         model = wrap_lora(model, train)
     setup = SetupContext(p=None, run=shape, state=controllers, tokenizer=tokenizer)
-    for stage in method.active("model"):  # e.g. a reparametrization, before the optimizer exists
-        model = stage.fn(model, setup.for_stage(method, stage))
+    model = apply_model_stages(method, model, setup)  # e.g. a reparametrization, before the optimizer exists
     return model, tokenizer, ref
+
+
+def apply_model_stages(method, model: torch.nn.Module, setup: SetupContext, *, learner_only: bool = False):
+    """The method's active model stages on `model`, in declaration order, each with its own
+    view of `setup`; returns the model the last one returned. With `learner_only` only
+    the stages that change the learner itself (`Stage.learner`): what an engine's step
+    extension runs on the engine's own model (`policylab.integrations.steps`)."""
+    for stage in method.active("model"):
+        if learner_only and not stage.learner:
+            continue
+        model = stage.fn(model, setup.for_stage(method, stage))
+    return model
 
 
 def build_local(method, *, model_name: str, train, rollout, shape, controllers, before_generate=None) -> LocalBackends:

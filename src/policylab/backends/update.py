@@ -73,6 +73,29 @@ class StepHooks:
     post: Callable[[torch.nn.Module], dict] | None = None
 
 
+def stage_hook(method: Method, kind: str, ctx) -> Callable[[torch.nn.Module], dict] | None:
+    """The method's active `grad` or `poststep` stages as one callable on the model (None
+    if there are none): each stage in declaration order, with its own view of `ctx` (a
+    `StageContext`), metrics merged. The trainer and the engines' step extension
+    (`policylab.integrations.steps`) both build their hooks here."""
+    stages = method.active(kind)
+    if not stages:
+        return None
+
+    def run(model) -> dict:
+        out = {}
+        for stage in stages:
+            out.update(stage.fn(model, ctx.for_stage(method, stage)))
+        return out
+
+    return run
+
+
+def step_hooks(method: Method, ctx) -> StepHooks:
+    """`StepHooks` of the method's gradient and post-step stages under `ctx`."""
+    return StepHooks(grad=stage_hook(method, "grad", ctx), post=stage_hook(method, "poststep", ctx))
+
+
 def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> tuple[RolloutBatch, torch.Tensor]:
     """Drop columns that are padding for every sequence of `mb`: leading prompt columns
     (unless `keep_prompt`: a shared prefix covers all of them) and trailing response

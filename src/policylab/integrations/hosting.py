@@ -17,12 +17,17 @@ declares it reads, never from a list of names:
 - the advantage stage may read only what the engine's advantage hook supplies (rewards
   and the prompt groups, for both engines).
 
-- no stage may change the learner outside its loss: a gradient stage (rewriting the
-  accumulated gradient before the optimizer steps), a post-step stage (changing the
-  weights after it) or a model stage that wraps or re-parameterizes the learner (GCPO's
+- a stage that changes the learner outside its loss (a gradient stage rewriting the
+  accumulated gradient before the optimizer steps, a post-step stage changing the
+  weights after it, a model stage that wraps or re-parameterizes the learner: GCPO's
   LoRA frames, ISO's fixed spectra, TASCO's soft prefix) needs a hook inside the engine's
-  optimizer step or model construction; model stages that only build a frozen companion
-  (a peer, teachers, a reward model) go with the source or reward they serve.
+  model construction and optimizer step: the engine's *step extension*
+  (`policylab.integrations.steps`; `Engine.step_kinds` says which stage kinds it runs).
+  An engine without one refuses such a method, naming the stage; with one, the stage's
+  declared needs (`Stage.needs`) must be calls the extension serves (`step_services`)
+  and its declared conditions (`Stage.requires`) settings the user can make
+  (`step_requires`). Model stages that only build a frozen companion (a peer, teachers,
+  a reward model) go with the source or reward they serve.
 
 Reward and filter stages are outside any loss: they are listed on the hosting card as
 the parts the user's engine configuration (its reward function, its group filter) must
@@ -36,7 +41,7 @@ from typing import Any, Mapping
 
 from policylab.errors import PolicylabError
 from policylab.methods import REGISTRY, Method, get
-from policylab.methods.spec import RunShape, Stage
+from policylab.methods.spec import CAPABILITIES, REQUIREMENTS, RunShape, Stage
 from policylab.methods.stages import rewards as reward_stages
 from policylab.methods.stages import sources
 
@@ -100,6 +105,14 @@ class Engine:
     # own passes already computes (capability -> the setting or trainer change that keeps it)
     own_rows: Mapping[str, str] = field(default_factory=dict)
     worker_passes: Mapping[str, str] = field(default_factory=dict)
+    # the step extension (`policylab.integrations.steps`): where it hooks into the engine
+    # (None: none), the stage kinds it runs ("model" meaning the learner model stages,
+    # "grad", "poststep"), the optional calls it serves those stages (capability -> how)
+    # and how the user meets a stage's declared condition (requirement -> setting)
+    step_hook: str | None = None
+    step_kinds: frozenset = frozenset()
+    step_services: Mapping[str, str] = field(default_factory=dict)
+    step_requires: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,6 +126,7 @@ class HostPlan:
     needs: list[str]  # what the adapter obtains from the engine by itself
     outside: list[str]  # stages the engine configuration must provide itself
     extension: bool = False  # hosted through the round extension (`policylab.integrations.rounds`)
+    step: bool = False  # its learner-changing stages run in the step extension (`policylab.integrations.steps`)
 
     @property
     def hostable(self) -> bool:
@@ -139,21 +153,56 @@ def _missing(stage: Stage, available, kind: str, engine: Engine) -> list[str]:
     return out
 
 
-def _learner_stages(m: Method, engine: Engine) -> list[str]:
-    """Why the engine cannot run `m`'s stages that change the learner outside its loss."""
-    out = []
-    for s in m.active("model"):
-        if s.learner:
-            out.append(f"model stage `{s.name}` changes the learner itself (wraps, freezes or re-parameterizes its "
-                       f"weights); {engine.name} builds and wraps its own actor model, and policylab has no hook to "
-                       f"change it before the optimizer is made")
-    for s in m.active("grad"):
-        out.append(f"gradient stage `{s.name}` rewrites the accumulated gradient before each optimizer step; "
-                   f"{engine.name}'s optimizer step has no hook between the last backward and the step")
-    for s in m.active("poststep"):
-        out.append(f"post-step stage `{s.name}` changes the weights after each optimizer step; "
-                   f"{engine.name} has no hook after its optimizer step")
-    return out
+LEARNER_KINDS = ("model", "grad", "poststep")
+
+
+def learner_stages(m: Method) -> list[Stage]:
+    """The method's active stages that change the learner outside its loss: the model
+    stages marked `Stage.learner`, the gradient stages, the post-step stages."""
+    return [s for s in m.active("model") if s.learner] + list(m.active("grad")) + list(m.active("poststep"))
+
+
+def _learner_stages(m: Method, engine: Engine) -> tuple[list[str], list[str], list[str]]:
+    """(reasons, requires, needs) of `m`'s stages that change the learner outside its
+    loss: refused for an engine whose step extension does not run their kind (or does not
+    serve what they declare), else the settings their conditions take and the extension
+    they run in."""
+    reasons: list[str] = []
+    requires: list[str] = []
+    needs: list[str] = []
+    stages = learner_stages(m)
+    for s in stages:
+        if s.kind not in engine.step_kinds:
+            if s.kind == "model":
+                reasons.append(f"model stage `{s.name}` changes the learner itself (wraps, freezes or re-parameterizes "
+                               f"its weights); {engine.name} builds and wraps its own actor model, and policylab has no "
+                               f"hook to change it before the optimizer is made")
+            elif s.kind == "grad":
+                reasons.append(f"gradient stage `{s.name}` rewrites the accumulated gradient before each optimizer "
+                               f"step; {engine.name}'s optimizer step has no hook between the last backward and the step")
+            else:
+                reasons.append(f"post-step stage `{s.name}` changes the weights after each optimizer step; "
+                               f"{engine.name} has no hook after its optimizer step")
+            continue
+        for n in s.needs:
+            if n not in engine.step_services:
+                reasons.append(f"{s.kind} stage `{s.name}` needs {CAPABILITIES.get(n, n)} (policylab's `{n}`), which "
+                               f"{engine.name}'s step extension does not serve")
+            elif engine.step_services[n] not in needs:
+                needs.append(engine.step_services[n])
+        for r in s.requires:
+            if r not in engine.step_requires:
+                reasons.append(f"{s.kind} stage `{s.name}` requires {REQUIREMENTS.get(r, r)}, which {engine.name}'s "
+                               f"step extension cannot be given")
+            elif engine.step_requires[r] not in requires:
+                requires.append(engine.step_requires[r])
+    if stages and not reasons:
+        kinds = ", ".join(f"{s.kind} stage `{s.name}`" for s in stages)
+        needs.insert(0, f"the step extension ({kinds}): {engine.step_hook}")
+        for st in m.state:
+            needs.append(f"per-run state `{st.name}` ({st.doc}) is kept by the step extension in memory, not in "
+                         f"{engine.name}'s checkpoint: a resumed run builds it afresh")
+    return reasons, requires, needs
 
 
 def _hook(kind: str) -> str:
@@ -200,7 +249,10 @@ def _plain_plan(method: Method | str, engine: Engine, overrides: Mapping[str, An
         extra = [w for w in m.source.writes if w not in sources.ON_POLICY.writes]
         reasons.append(f"source `{m.source.name}` records {', '.join(extra) or 'more than the sampled tokens'} at "
                        f"sampling; {engine.name} samples with its own rollout engine")
-    reasons += _learner_stages(m, engine)
+    learner_reasons, learner_requires, learner_needs = _learner_stages(m, engine)
+    reasons += learner_reasons
+    requires += learner_requires
+    needs += learner_needs
     for s in m.active("round"):
         what = ", ".join(f"`{f}` ({FIELD_MEANING.get(f, f)})" for f in s.reads) or "the whole batch"
         reasons.append(f"round stage `{s.name}` runs once per update round over the whole batch and reads {what}; "
@@ -226,7 +278,7 @@ def _plain_plan(method: Method | str, engine: Engine, overrides: Mapping[str, An
         else:
             outside.append(f"{s.kind} stage `{s.name}` ({(s.fn.__doc__ or '').strip().splitlines()[0]}) is not "
                            f"run: the engine's reward function or group filter must provide it")
-    return HostPlan(m, engine, reasons, requires, needs, outside)
+    return HostPlan(m, engine, reasons, requires, needs, outside, step=bool(learner_stages(m)))
 
 
 _SERVICE = {"worker.prompt_logprobs": "the learner's log-probs over the prompt tokens",
@@ -279,7 +331,10 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
             reasons.append(f"{kind} `{stage.name}` reads `{f}` ({FIELD_MEANING.get(f, f)}), which {engine.name}'s "
                            f"batch does not hold")
 
-    reasons += _learner_stages(m, engine)
+    learner_reasons, learner_requires, learner_needs = _learner_stages(m, engine)
+    reasons += learner_reasons
+    requires += learner_requires
+    needs += learner_needs
     for s in m.active("round"):
         for n in s.needs:
             if n in engine.worker_passes:
@@ -315,9 +370,11 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
         needs.append(f"the critic is {engine.name}'s own (its value loss and its training); policylab's critic step "
                      "(value clipping, pretraining) is not run, only the values reach the advantage")
     for st in m.state:
+        if any(f"per-run state `{st.name}`" in n for n in needs):
+            continue  # already said for the step extension
         needs.append(f"per-run state `{st.name}` ({st.doc}) is kept by the extension in memory, not in "
                      f"{engine.name}'s checkpoint: a resumed run starts it afresh")
-    return HostPlan(m, engine, reasons, requires, needs, base.outside, True)
+    return HostPlan(m, engine, reasons, requires, needs, base.outside, True, step=bool(learner_stages(m)))
 
 
 def plans(engine: Engine) -> dict[str, HostPlan]:
@@ -385,5 +442,5 @@ def replace_state(method: Method, engine: Engine):
     return _NoState()
 
 
-__all__ = ["Engine", "HostPlan", "FIELD_MEANING", "plan", "plans", "hostable", "by_status", "advantage_stages", "stage_params",
+__all__ = ["Engine", "HostPlan", "FIELD_MEANING", "LEARNER_KINDS", "learner_stages", "plan", "plans", "hostable", "by_status", "advantage_stages", "stage_params",
            "replace_state"]

@@ -189,11 +189,16 @@ LITERATURE_STATUS = {"orl": LITERATURE_ONLY}
 #               of _CAPABILITY (their EVIDENCE text above holds the numbers), else the evidence runs' comparison
 #               with GRPO on the same prompts (CAPABILITY_RUNS), "not measured" otherwise
 #   scale       inside verl or TRL (docs/running-at-scale.md): verl's training loop never ran here (no GPU);
-#               TRL ran 2-step trainings of a few methods on a tiny random Llama; nothing ran at scale
+#               TRL ran 2-step trainings of a few methods on a tiny random Llama; the methods with
+#               learner-changing stages ran two optimizer steps inside TRL's trainer and verl's actor
+#               (the step extension) on a tiny random Llama, equal to policylab's trainer; nothing ran at scale
 FORMULA = "kernel tests (hand-worked cases and naive references)"
 _TRL_RUNS = frozenset(("grpo", "gspo", "reinforce_pp", "rloo"))
 SCALE = "no training inside verl or TRL, nothing at scale"
 SCALE_TRL = "2-step TRL trainings on a tiny random Llama only (docs/running-at-scale.md), nothing at scale"
+_STEP_RUNS = frozenset(("cord", "gcpo", "iso"))
+SCALE_STEP = ("2 optimizer steps inside TRL's trainer and inside verl's actor update (one process) on a tiny random "
+              "Llama, equal to policylab's trainer (docs/running-at-scale.md), nothing at scale")
 _CAPABILITY = frozenset(("grpo", *_COMPARED, "tis", "icepop", "mis", "gmc", "missing_old_logits"))
 NOT_MEASURED = "not measured"
 
@@ -236,7 +241,8 @@ def levels(name: str) -> Levels:
         else:
             mech = NOT_MEASURED
     capability = EVIDENCE[name] if name in _CAPABILITY else CAPABILITY_RUNS.get(name, NOT_MEASURED)
-    return Levels(FORMULA, mech, capability, SCALE_TRL if name in _TRL_RUNS else SCALE)
+    scale = SCALE_TRL if name in _TRL_RUNS else SCALE_STEP if name in _STEP_RUNS else SCALE
+    return Levels(FORMULA, mech, capability, scale)
 
 
 def status_text(name: str) -> str:

@@ -45,7 +45,8 @@ import torch
 from policylab.methods.param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
     Param, ParamError, Params, ParamView, non_negative, positive, unit_interval)
 from policylab.methods.stage import (  # noqa: F401  (re-exported: the spec's public names)
-    CAPABILITIES, LOSS_KINDS, PACKAGE_ROOT, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage, source_location)
+    CAPABILITIES, LOSS_KINDS, PACKAGE_ROOT, REQUIREMENTS, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage,
+    source_location)
 
 
 @dataclass(frozen=True)

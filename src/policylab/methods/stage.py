@@ -27,6 +27,16 @@ CAPABILITIES = {
     "worker.prompt_logprobs": "a role's log-probs of the prompt tokens",
     "worker.continuation_logprobs": "the policy's log-probability of a continuation after each reply",
 }
+# conditions a stage that changes the learner outside its loss (model, grad, poststep) may
+# declare in `Stage.requires`: policylab's own trainer meets them from its run config and
+# task; an engine hosting the method through its step extension must be told how
+# (`policylab.integrations.hosting.Engine.step_requires`)
+REQUIREMENTS = {
+    "lora_adapter": "a LoRA adapter on the learner (policylab's train.lora_rank > 0): the stage constrains the "
+                    "adapter's factors",
+    "train_examples": "training examples (prompt and gold answer) that the stage draws itself through ctx.next_train "
+                      "(beyond the prompts the rollout samples)",
+}
 
 
 
@@ -85,6 +95,8 @@ class Stage:
               freezes or re-parameterizes its weights), False when it builds a frozen
               companion another stage uses (a peer, teachers, a reward model); an engine
               hosting the method must then run it on its own actor model
+    requires  model, grad and poststep stages: conditions on the run (names from
+              REQUIREMENTS) the stage needs met, e.g. a LoRA adapter on the learner
     """
 
     kind: str
@@ -101,6 +113,7 @@ class Stage:
     term_aggregation: str | None = None
     needs: tuple[str, ...] = ()
     learner: bool = False
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
@@ -110,6 +123,13 @@ class Stage:
         if self.learner and self.kind != "model":
             raise ValueError(f"learner=True is for model stages; stage {self.name or self.fn.__name__!r} is a "
                              f"{self.kind} stage (grad and poststep stages change the learner by their kind)")
+        if self.requires and self.kind not in ("model", "grad", "poststep"):
+            raise ValueError(f"requires is for model, grad and poststep stages; stage "
+                             f"{self.name or self.fn.__name__!r} is a {self.kind} stage")
+        bad = [r for r in self.requires if r not in REQUIREMENTS]
+        if bad:
+            raise ValueError(f"stage {self.name or self.fn.__name__!r}: unknown requirements {bad}; known: "
+                             f"{sorted(REQUIREMENTS)}")
         if not self.name:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", "stage").lstrip("_"))
         unknown = [c for c in self.needs if c not in CAPABILITIES]

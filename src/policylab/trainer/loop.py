@@ -24,7 +24,7 @@ from policylab import methods
 from policylab.backends import require_capabilities
 from policylab.backends.build import build_local
 from policylab.methods.fast_mode import pair_correction
-from policylab.backends.update import StepHooks
+from policylab.backends.update import StepHooks, stage_hook
 from policylab.batch import RolloutBatch
 from policylab.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from policylab.trainer.config import RunConfig
@@ -295,17 +295,7 @@ class Trainer:
 
     def _hooks(self, ctx: StageContext, kind: str):
         """The method's `grad` or `poststep` stages as one callable on the model (None if none)."""
-        stages = self.method.active(kind)
-        if not stages:
-            return None
-
-        def run(model) -> dict:
-            out = {}
-            for stage in stages:
-                out.update(stage.fn(model, ctx.for_stage(self.method, stage)))
-            return out
-
-        return run
+        return stage_hook(self.method, kind, ctx)
 
     def _stale(self, batch: RolloutBatch, metrics: dict) -> RolloutBatch | None:
         """Async mode: train on the batch sampled `staleness` steps ago."""

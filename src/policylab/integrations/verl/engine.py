@@ -50,6 +50,20 @@ ENGINE = hosting.Engine(
                                          "keep_entropy(old_log_prob) (verl's own drops `entropys` before the union)"},
     extension_loss_fields={"entropy": "actor_rollout_ref.actor.calculate_entropy=True (verl passes its entropy to "
                                       "the loss)"},
+    step_hook=("policylab.integrations.verl.steps.ActorRolloutRefWorker as the actor worker class "
+               "(role_worker_mapping[Role.ActorRollout]): its FSDP engine runs the learner model stages on the HF "
+               "module before FSDP wraps it and the optimizer is built, the gradient stages before verl's "
+               "optimizer_step (which clips, skips a non-finite step and steps) and the post-step stages after it; "
+               "one process, actor.strategy=fsdp2; a re-parameterized layer reaches the rollout as its plain HF weight"),
+    step_kinds=frozenset({"model", "grad", "poststep"}),
+    step_services={"rollout.greedy": "greedy replies of the learner at its current weights (HF generate on the "
+                                     "actor's unsharded module), for a stage that decodes"},
+    step_requires={"lora_adapter": "verl's LoRA adapter on the actor: actor_rollout_ref.model.lora_rank=r "
+                                   "(target_modules all-linear)",
+                   "train_examples": "+actor_rollout_ref.actor.policy_loss.train_examples=<a JSON-lines file of "
+                                     "{\"prompt\": ..., \"answer\": ...}> (with policy_loss._target_="
+                                     "policylab.integrations.verl.PolicylabLossConfig): the training examples the "
+                                     "stage draws itself, in order"},
 )
 
 VERL_MODES = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean",

@@ -116,6 +116,7 @@ def make_loss(name: str):
         params = plain(getattr(pl, "method_params", None) if not isinstance(pl, dict) else pl.get("method_params"))
         method = resolve(name, params)
         method = _with_run(method, config, name)
+        _require_steps(name, method)
         mask = response_mask.bool()
         if through_extension(name, params):
             return _extension_loss(name, method, old_log_prob, log_prob, advantages, mask, config)
@@ -150,6 +151,21 @@ def make_loss(name: str):
     policylab_loss.__qualname__ = policylab_loss.__name__
     policylab_loss.__policylab__ = name
     return policylab_loss
+
+
+def _require_steps(name: str, method) -> None:
+    """A method whose stages change the learner outside the loss trains only with the step
+    extension's engine in this process (`policylab.integrations.verl.steps`): without it
+    the loss alone would train the host objective under the method's name."""
+    if not hosting.learner_stages(method):
+        return
+    from policylab.integrations.verl import steps
+
+    if not steps.active(method.name):
+        from policylab.integrations.steps import refuse_without
+
+        refuse_without(method, "verl", f"use {steps.WORKER} as the actor worker class "
+                                       "(role_worker_mapping[Role.ActorRollout])")
 
 
 def _extension_loss(name, method, old_log_prob, log_prob, advantages, mask, config):
@@ -243,10 +259,13 @@ class PolicylabLossConfig(_policy_loss_base()):
 
     ``loss_mode=policylab_<method>`` names the method; ``method_params`` its typed
     parameters (checked here, when verl builds the actor config); ``aggregation``
-    "method" (the method's own mode) or "verl" (``actor.loss_agg_mode``)."""
+    "method" (the method's own mode) or "verl" (``actor.loss_agg_mode``);
+    ``train_examples`` the JSON-lines file a step stage draws training examples from
+    (CORD's retention set; `policylab.integrations.verl.steps`)."""
 
     method_params: dict[str, Any] = field(default_factory=dict)
     aggregation: str = "method"
+    train_examples: str | None = None  # a JSON-lines file of {"prompt", "answer"}: the step extension's ctx.next_train
 
     def __post_init__(self):
         parent = getattr(super(), "__post_init__", None)
@@ -264,4 +283,8 @@ class PolicylabLossConfig(_policy_loss_base()):
             from policylab.methods import get
 
             get(name)  # raises with close matches
-        resolve(name, plain(self.method_params))
+        m = resolve(name, plain(self.method_params))
+        if self.train_examples is not None and not any("train_examples" in s.requires
+                                                       for s in hosting.learner_stages(m)):
+            raise PolicylabError(f"policy_loss.train_examples is read only by methods whose stages draw training "
+                                 f"examples themselves (e.g. cord's retention set); `{name}` has none")

@@ -54,6 +54,15 @@ class FixedSpectrumLinear(nn.Module):
         raise PolicylabError("a fixed-spectrum layer (iso) has W = U Σ₀ Vᵀ with Σ₀ frozen: its weight cannot be "
                              "assigned (that would change the spectrum); update the frames U and V")
 
+    def exported_state(self) -> dict[str, torch.Tensor]:
+        """The state of the `nn.Linear` this layer stands for (its current W, and the bias):
+        what an engine sends to a rollout engine that loads the model's HF layers by name
+        (`policylab.integrations.verl.steps`)."""
+        out = {"weight": self.weight}
+        if self.bias is not None:
+            out["bias"] = self.bias
+        return out
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = ((x @ self.V) * self.sigma) @ self.U.T
         return y if self.bias is None else y + self.bias

@@ -71,7 +71,8 @@ def cord_project(model: nn.Module, ctx) -> dict:
 
 
 CORD_PROJECT = Stage("grad", cord_project, needs=("rollout.greedy",), kernels=(geo.cord_combine,),
-                     params=("cord_mode", "cord_lambda", "cord_scope", "protect", "protected_weight"))
+                     params=("cord_mode", "cord_lambda", "cord_scope", "protect", "protected_weight"),
+                     requires=("train_examples",))
 
 # ----------------------------------------------------------------------------- gcpo
 
@@ -156,7 +157,7 @@ def gcpo_reproject(model: nn.Module, ctx) -> dict:
 
 
 GCPO_SETUP = Stage("model", gcpo_setup, learner=True, kernels=(geo.principal_frames, geo.project_lora_factors),
-                   params=("protected_rank",))
+                   params=("protected_rank",), requires=("lora_adapter",))
 GCPO_GRADS = Stage("grad", gcpo_project_grads, kernels=(geo.bilateral_complement,), params=("project_gradients",),
                    active=lambda p: p.project_gradients)
 GCPO_REPROJECT = Stage("poststep", gcpo_reproject, kernels=(geo.project_lora_factors, geo.lora_overlap))
