@@ -358,7 +358,7 @@ def test_capability_card_text_hand_worked_and_its_chinese():
     assert text == ("held-out accuracy after 4 rollout steps on its evidence task, 3 seeds: 50.0% vs GRPO's 45.0% on "
                     "the same prompts, difference +5.0% ± 1.4% (95% interval [-1.2%, +11.2%], not significant); about 3 "
                     "seeds would make a difference of this size significant (benchmarks/results/evidence.md)")
-    assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的保留集准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
+    assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的留出集准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
                                   "+5.0% ± 1.4%（95% 区间 [-1.2%, +11.2%]，不显著）；约需 3 个种子才能使这样大小的差显著"
                                   "（benchmarks/results/evidence.md）")
     two = capability_card_text({**row, "seeds": [0, 1], "interval": [0.01, 0.09]}, 4)
