@@ -21,9 +21,17 @@ from policylab.models import loading as models
 # its share of the cores for torch's intra-op threads, so the workers do not oversubscribe
 # the CPU. No test depends on the thread count (the golden updates are fp64 and hold for
 # 1, 2 and 4 threads).
+# The trainer sets its own thread count when a run starts (`runtime.configure_threads`:
+# the available cores, unless POLICYLAB_THREADS says otherwise), and so do the `policylab`
+# subprocesses CLI tests start; without POLICYLAB_THREADS each worker's runs took both cores
+# again, and two workers' OpenMP barriers spun against each other (a 2-step compare run
+# took several times as long as alone). So the worker's share goes into POLICYLAB_THREADS
+# too (inherited by the subprocesses), unless the user set it.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
 if _WORKERS > 1:
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+    _SHARE = max(1, (os.cpu_count() or 1) // _WORKERS)
+    torch.set_num_threads(_SHARE)
+    os.environ.setdefault("POLICYLAB_THREADS", str(_SHARE))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,6 +64,48 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     path = tmp_path_factory.mktemp("tiny-model")
     models.tiny_llama(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
+    return path
+
+
+# The small-vocabulary tokenizer: SmolLM2's byte-level BPE cut to its first SMALL_VOCAB ids
+# (the 17 special tokens, the 256 byte symbols, then the earliest merges, which BPE ranks by
+# frequency), with every merge whose parts and result stay in the vocabulary. It encodes any
+# text (a byte is always a token), keeps the chat template and pad == eos == <|im_end|> (2),
+# and decodes what it encodes. A tiny Llama sized to it has ~0.14 M parameters instead of
+# ~3.2 M (the 49,152-row embedding, tied to the output layer, is 97.7% of those), so its
+# forward and backward cost ~1/20 per token (prompts come out ~1.6x longer in tokens).
+# For tests where the real vocabulary is not the point: a comparison's runs, a benchmark's
+# smoke run, a pipeline's plumbing. The golden updates keep the real tokenizer.
+SMALL_VOCAB = 1024
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer(tmp_path_factory, tokenizer):
+    """`tokenizer` cut to its first SMALL_VOCAB ids (see above). Shared: do not mutate it."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    path = tmp_path_factory.mktemp("small-tokenizer")
+    tokenizer.save_pretrained(path)
+    spec = json.loads((path / "tokenizer.json").read_text())
+    vocab = {s: i for s, i in spec["model"]["vocab"].items() if i < SMALL_VOCAB}
+    spec["model"]["vocab"] = vocab
+    spec["model"]["merges"] = [m for m in spec["model"]["merges"]
+                               if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
+    (path / "tokenizer.json").write_text(json.dumps(spec))
+    small = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    assert len(small) == SMALL_VOCAB and small.pad_token_id == small.eos_token_id == tokenizer.eos_token_id
+    return small
+
+
+@pytest.fixture(scope="session")
+def small_model_dir(tmp_path_factory, small_tokenizer):
+    """Like `tiny_model_dir`, with the small-vocabulary tokenizer and a tiny Llama sized to
+    it (seed 0). Read only."""
+    path = tmp_path_factory.mktemp("small-model")
+    models.tiny_llama(small_tokenizer).save_pretrained(path)
+    small_tokenizer.save_pretrained(path)
     return path
 
 
