@@ -13,7 +13,14 @@ first, so one control run serves many); two workers never take the same (method,
 A part that fails (for instance because another worker holds a shared control run's lock)
 goes back to the end of the queue, at most `--retries` times; its log is kept in
 `<out>/parts/`. At the end (or with --report-only) the table is written once from every
-finished run."""
+finished run.
+
+Run logs travel with the repository: with `--archive DIR` (default
+benchmarks/results/evidence_runs) every finished run's small files (report.json,
+metrics.jsonl, config.yaml; never checkpoints or plots) are copied there after each part, and
+copied back into `--out` before the first part, so a fresh checkout on another machine resumes
+the table where the last one stopped (a restored run counts as finished and is skipped).
+`--archive-only` copies and exits."""
 
 from __future__ import annotations
 
@@ -28,7 +35,66 @@ from pathlib import Path
 ORDER = ("gspo cispo dapo dr_grpo gppo gppo_fdiv ripo tapo reco conspo ggpo gprl grpo_process reinforce_pp "
          "reinforce_pp_baseline zcpo erpo luspo range_grpo stare rlcpr luffy grin graft erils moer off_context_grpo "
          "grpo probe_erpo ttrl ttpo tasco tis icepop kpop minirl mis online_icepop missing_old_logits gmc sis remax "
-         "rloo rlid tlm_dre mad_rl code_opt").split()
+         "rloo rlid tlm_dre mad_rl code_opt rlcr").split()
+
+
+KEPT = ("report.json", "metrics.jsonl", "config.yaml")
+STATE = "evidence_state.json"
+
+
+def _finished_runs(root: Path):
+    """Run directories under `root` (<group>/runs/<label>-seed<s>) whose report says they finished."""
+    import json
+
+    for rep in sorted(root.glob("*/runs/*/report.json")):
+        try:
+            data = json.loads(rep.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("trained") and data.get("stopped_by") and (rep.parent / "metrics.jsonl").is_file():
+            yield rep.parent
+
+
+def copy_finished(src: Path, dest: Path, as_out: str | None = None) -> int:
+    """Copy the kept files of every finished run under `src` that `dest` lacks (or holds older); returns the count.
+    With `as_out`, the out directory's path in the copied files (config run_dir, commands) is written as
+    `as_out` (the archive holds no machine's absolute paths)."""
+    import shutil
+
+    def relocate(text: str) -> str:
+        for prefix in sorted({str(src), str(src.resolve())}, key=len, reverse=True):
+            text = text.replace(prefix, as_out)
+        return text
+
+    def put(a: Path, b: Path) -> None:
+        if as_out is None:
+            shutil.copyfile(a, b)
+        else:
+            b.write_text(relocate(a.read_text()))
+
+    n = 0
+    for run in _finished_runs(src):
+        to = dest / run.relative_to(src)
+        if (to / "report.json").is_file() and (to / "report.json").read_bytes() == (run / "report.json").read_bytes():
+            continue
+        to.mkdir(parents=True, exist_ok=True)
+        for name in KEPT:
+            if (run / name).is_file():
+                put(run / name, to / name)
+        n += 1
+    if (src / STATE).is_file() and not (dest / STATE).is_file():
+        put(src / STATE, dest / STATE)
+    elif (src / STATE).is_file():  # the union of the commands, in order
+        import json
+
+        have = json.loads((dest / STATE).read_text()).get("commands", [])
+        theirs = json.loads((src / STATE).read_text()).get("commands", [])
+        if as_out is not None:
+            theirs = [relocate(c) for c in theirs]
+        new = [c for c in theirs if c not in have]
+        if new:
+            (dest / STATE).write_text(json.dumps({"commands": have + new}, indent=2))
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,25 +109,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retries", type=int, default=2)
     ap.add_argument("--report-dir", default=None, help="passed to the final `--all --report-only` call")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--archive", default=str(Path(__file__).resolve().parent / "results" / "evidence_runs"),
+                    help="where finished runs' logs are kept with the repository ('' for nowhere)")
+    ap.add_argument("--archive-only", action="store_true", help="copy finished runs' logs to --archive and exit")
+    ap.add_argument("--as-out", default="runs/evidence", help="the out directory as the archived files name it")
     a = ap.parse_args(own)
     if "--out" not in rest:
         ap.error("pass the evidence settings after `--`, at least --out DIR")
     out = Path(rest[rest.index("--out") + 1])
+    archive = Path(a.archive) if a.archive else None
+    if archive is not None:
+        archive.mkdir(parents=True, exist_ok=True)
+        if a.archive_only:
+            print(f"archived {copy_finished(out, archive, a.as_out)} finished run(s) to {archive}")
+            return 0
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"restored {copy_finished(archive, out)} finished run(s) from {archive}", flush=True)
     exe = str(Path(sys.executable).with_name("policylab"))
     seeds = [s.strip() for s in a.seeds.split(",") if s.strip()]
     queue = [(m, s) for s in seeds for m in a.order.split()]
-    lock, tries, busy = threading.Lock(), {}, set()
+    lock, tries = threading.Lock(), {}
     logs = out / "parts"
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "POLICYLAB_THREADS": str(a.threads)}
 
-    def take():
+    def take():  # an item leaves the queue while it runs, so two workers never hold the same one
         with lock:
-            for i, (m, s) in enumerate(queue):
-                if (m, s) not in busy:
-                    busy.add((m, s))
-                    return queue.pop(i)
-            return None
+            return queue.pop(0) if queue else None
 
     def worker(k: int) -> None:
         while not a.report_only:
@@ -74,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 rc = subprocess.call([exe, "evidence", m, "--seeds", s, *rest], env=env, stdout=log,
                                      stderr=subprocess.STDOUT)
             with lock:
-                busy.discard(item)
+                if archive is not None:
+                    copy_finished(out, archive, a.as_out)
                 print(f"[worker {k}] {m} seed {s}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
                 if rc != 0:
                     tries[item] = tries.get(item, 0) + 1

@@ -8,7 +8,6 @@ which policy it is compared against (`logp_old`, `logp_ref`) and which policy le
     from policylab import advantages, objectives, corrections, kl, aggregate, methods
 """
 
-from policylab.batch import RolloutBatch, SamplingSettings
 from policylab.errors import (
     BatchReuseError,
     GroupError,
@@ -32,8 +31,10 @@ __all__ = [
 ]
 
 
-# The public API's module names (`from policylab import advantages, kl, ...`), resolved
-# lazily so that `import policylab` needs only torch.
+# The batch types and the public API's module names (`from policylab import RolloutBatch,
+# advantages, kl, ...`), resolved lazily: `import policylab` alone imports no torch, so a
+# command that needs none (the first question of `policylab quiz`) starts at once.
+_LAZY = {"RolloutBatch": "policylab.batch", "SamplingSettings": "policylab.batch"}
 _PUBLIC_MODULES = {
     "advantages": "policylab.kernels.advantages",
     "objectives": "policylab.kernels.objectives",
@@ -52,6 +53,13 @@ _PUBLIC_MODULES = {
 def __getattr__(name):
     import importlib
 
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _PUBLIC_MODULES:
         return importlib.import_module(_PUBLIC_MODULES[name])
+    if not name.startswith("_"):  # a subpackage (`policylab.batch`), as when the batch was imported eagerly
+        import importlib.util
+
+        if importlib.util.find_spec(f"policylab.{name}") is not None:
+            return importlib.import_module(f"policylab.{name}")
     raise AttributeError(f"module 'policylab' has no attribute {name!r}")

@@ -64,16 +64,17 @@ def test_same_tokens_as_hf_engine(tiny_model, tokenizer, sampling):
         b = sample(fast, sampling, seed=seed, G=4, max_new_tokens=10, record_topk=3)
         assert torch.equal(a.tokens, b.tokens)
         assert torch.equal(a.attention_mask, b.attention_mask) and torch.equal(a.loss_mask, b.loss_mask)
-        # each engine is within 1e-5 of a fresh forward (tests above and in test_hf.py), so
-        # within 2e-5 of each other: the prefill runs once per prompt here, once per row in
-        # HF, and a matmul over 3 rows may round differently from one over 12
-        assert_close(b.logp_behavior, a.logp_behavior, rtol=0, atol=2e-5)
+        # the prefill runs once per prompt here, once per row in HF, and a matmul over 3 rows
+        # may round differently from one over 12; the rounding of a log-prob grows with its
+        # size (the sharpened model's log-probs reach ~-10): 2e-5 plus 1e-5 relative (an
+        # AVX2 host measured 3.8e-5 on a log-prob of ~-10, 3.7e-6 relative at most)
+        assert_close(b.logp_behavior, a.logp_behavior, rtol=1e-5, atol=2e-5)
         m = a.loss_mask
         assert torch.equal(b.extras["behavior_topk_ids"][m], a.extras["behavior_topk_ids"][m])
         fin = torch.isfinite(a.extras["behavior_topk_logp"][m])
         assert torch.equal(fin, torch.isfinite(b.extras["behavior_topk_logp"][m]))
         assert_close(b.extras["behavior_topk_logp"][m][fin], a.extras["behavior_topk_logp"][m][fin],
-                     rtol=0, atol=2e-5)
+                     rtol=1e-5, atol=2e-5)
         for key in ("truncated", "prompt_lengths", "prompt_index"):
             assert torch.equal(a.extras[key], b.extras[key]), key
         assert a.extras["seed"] == b.extras["seed"] == seed

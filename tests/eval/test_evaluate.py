@@ -55,6 +55,24 @@ def test_binary_scores_are_unchanged(tiny_model, tokenizer):
     assert res["pass@2"] == pytest.approx(2 / 3)
 
 
+def test_the_tasks_own_held_out_measures_see_every_reply_and_its_correctness(tiny_model, tokenizer):
+    fn, _ = _scores([1.0, 0.5, 0.0, 1.0, 0.5, 0.5])
+    got = {}
+
+    def measures(replies, correct):
+        got["replies"], got["correct"] = list(replies), list(correct)
+        return {"mine/count": len(replies), "mine/right": sum(correct)}
+
+    res = _run(tiny_model, tokenizer, fn, task_metrics=measures)
+    # 6 replies (3 prompts x 2 samples, in order); correct at full credit only
+    assert got["correct"] == [True, False, False, True, False, False]
+    assert len(got["replies"]) == 6 and all(isinstance(r, str) for r in got["replies"])
+    assert res["mine/count"] == 6 and res["mine/right"] == 2
+    fn, _ = _scores([1.0])
+    with pytest.raises(PolicylabError, match=r"would overwrite \['accuracy'\]"):
+        _run(tiny_model, tokenizer, fn, task_metrics=lambda r, c: {"accuracy": 0.0})
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_non_finite_score_is_refused_with_the_reply(tiny_model, tokenizer, bad):
     fn, _ = _scores([1.0, bad])

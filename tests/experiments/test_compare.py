@@ -247,6 +247,14 @@ def test_a_run_directory_made_with_another_config_is_refused(tmp_path, small_mod
     data["run"]["train"]["lr"] = 5e-4
     with pytest.raises(ConfigError, match=r"grpo-seed0 holds a run made with another config \(differs in train.lr\)"):
         load_plan(write(tmp_path, data))
+    # the same runs copied to another out_dir (another checkout, restored logs) are the same runs:
+    # done there, not refused for the run_dir their config recorded
+    import shutil
+
+    data["run"]["train"]["lr"] = config(tmp_path, tiny_model_dir, methods=("grpo",))["run"]["train"]["lr"]
+    shutil.copytree(data["out_dir"], tmp_path / "moved")
+    data["out_dir"] = str(tmp_path / "moved")
+    assert [r.state for r in load_plan(write(tmp_path, data)).runs] == ["done"]
 
 
 def test_cli_compare(tmp_path, small_model_dir):

@@ -91,6 +91,8 @@ def test_quantity_reductions_hand_worked():
     assert Quantity("k", "late")(five) == pytest.approx(4.0)
     assert Quantity("k", "late")([{"step": 1, "k": 7.0}]) == 7.0  # one value: itself
     assert Quantity("k")([{"step": 1, "other": 1.0}]) is None
+    # final: the value of the last step that logged it (4 at step 4; the NaN at 5 and the bool at 6 skipped)
+    assert Quantity("k", "final")(rows) == 4.0 and Quantity("k", "final").label == "final value of `k`"
     with pytest.raises(ValueError, match="reduce"):
         Quantity("k", "median")
 
@@ -101,7 +103,7 @@ def test_each_declared_quantity_reads_its_key_hand_worked(name):
     assert q.reduce in REDUCTIONS
     rows = [{"step": 1, q.key: 0.5, "noise": 9.0}, {"step": 2, q.key: 1.5}, {"step": 3, q.key: 2.0},
             {"step": 4, q.key: 4.0}, {"step": 5, "noise": 1.0}]
-    want = {"mean": 2.0, "late": 3.0}[q.reduce]  # (0.5+1.5+2+4)/4 ; (2+4)/2
+    want = {"mean": 2.0, "late": 3.0, "final": 4.0}[q.reduce]  # (0.5+1.5+2+4)/4 ; (2+4)/2 ; the last
     assert q(rows) == pytest.approx(want, abs=1e-12)
     assert q([{"step": 1, "noise": 1.0}]) is None
 
@@ -124,7 +126,11 @@ def test_paired_difference_and_verdict_hand_worked():
     assert verdict(s, -1) == (NOT_OBSERVED, "significant in the opposite direction: |t| = 17.32 >= 4.30 (3 seeds)")
     # identical differences: se 0, t infinite in the sign of the mean
     s = paired({0: 1.0, 1: 2.0}, {0: 0.0, 1: 1.0})
-    assert s["difference_se"] == 0.0 and s["t"] == math.inf and verdict(s, 1)[0] == OBSERVED
+    assert s["difference_se"] == 0.0 and s["t"] == math.inf
+    assert verdict(s, 1) == (NOT_OBSERVED, "in the claimed direction, |t| = inf >= 12.71, but 2 seeds are too few "
+                                           "for a claim (at least 3)")
+    three = paired({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 1.0, 2: 2.0})  # identical differences over 3 seeds
+    assert three["t"] == math.inf and verdict(three, 1)[0] == OBSERVED
     assert verdict(paired({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0}), 1) == (NOT_OBSERVED, "no difference at all (2 seeds)")
     one = paired({0: 5.0}, {0: 1.0})
     assert one["difference_se"] is None and verdict(one, 1)[0] == NOT_OBSERVED
@@ -164,8 +170,21 @@ def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_pat
         "cispo-seed0", "cispo-seed1", "grpo-seed0", "grpo-seed1", "gspo-seed0", "gspo-seed1"]
     assert rows["cord"]["verdict"] == "not measurable here" and "retention" in rows["cord"]["why"]
     assert rows["dapo"]["verdict"] == "not run"
+    # the capability table: each method arm against the plain-GRPO run of its group, paired by seed
+    cap = {r["method"]: r for r in table["capability"]}
+    assert set(cap) == {"gspo", "cispo"}
+    for name in ("gspo", "cispo"):
+        c, mine = cap[name], rows[name]["capability"]
+        assert c["seeds"] == [0, 1] and c["optimizer_steps"] == [4, 4]
+        assert c["difference"] == pytest.approx(mine["paired_accuracy"]["difference"])
+        if c["difference_se"] is not None:  # 95% t interval with 1 degree of freedom
+            assert c["interval"] == pytest.approx([c["difference"] - 12.706 * c["difference_se"],
+                                                   c["difference"] + 12.706 * c["difference_se"]])
+    assert "## Held-out accuracy against GRPO on the same prompts" in (tmp_path / "ev" / "evidence.md").read_text()
     # the cost line: distinct runs (shared controls once) x seeds, and the mean measured wall-clock per run
-    distinct = {(a.group, a.label) for m in MECHANISMS.values() if m.measurable for a in arms_of(m, s)}
+    # (a method its task refuses at these settings, e.g. on the tiny model, needs no runs)
+    distinct = {(a.group, a.label) for m in MECHANISMS.values() if m.measurable and rows[m.method]["verdict"] != "refused"
+                for a in arms_of(m, s)}
     assert table["cost"]["runs_needed"] == 2 * len(distinct) and table["cost"]["seconds_per_run"] > 0
     md = (tmp_path / "ev" / "evidence.md").read_text()
     assert "policylab evidence gspo cispo cord" in md and "| `gspo` |" in md
@@ -240,7 +259,10 @@ def test_every_card_states_four_levels_derived_from_measured_results():
     for name in methods.names():
         lv = ev.levels(name)
         assert lv.formula == ev.FORMULA and lv.scale in (ev.SCALE, ev.SCALE_TRL)
-        assert (lv.capability == ev.NOT_MEASURED) == (name not in ev._CAPABILITY), name
+        if name in ev._CAPABILITY:
+            assert lv.capability == ev.EVIDENCE[name]
+        else:
+            assert lv.capability == ev.CAPABILITY_RUNS.get(name, ev.NOT_MEASURED), name
         decl = MECHANISMS[name]
         if name in ev.MECHANISM:
             assert lv.mechanism == ev.MECHANISM[name]
@@ -257,12 +279,13 @@ def test_every_card_states_four_levels_derived_from_measured_results():
 def test_card_mechanism_levels_agree_with_the_committed_evidence_table():
     from pathlib import Path
 
-    from policylab.experiments.evidence.table import card_texts
+    from policylab.experiments.evidence.table import capability_texts, card_texts
     from policylab.methods import evidence as ev
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "evidence.json"
-    want = card_texts(json.loads(path.read_text())) if path.is_file() else {}
-    assert ev.MECHANISM == want
+    table = json.loads(path.read_text()) if path.is_file() else {"rows": []}
+    assert ev.MECHANISM == card_texts(table)
+    assert ev.CAPABILITY_RUNS == capability_texts(table)
 
 
 def test_card_text_of_a_measured_row_hand_worked():
@@ -281,15 +304,81 @@ def test_card_text_of_a_measured_row_hand_worked():
     assert card_text({"verdict": "not measurable here", "why": "declared"}) is None
 
 
+def test_stated_confidence_probe_hand_worked():
+    from policylab.tasks.confidence import ConfidenceTask
+
+    replies = ["7\nConfidence: 0.9", "8\nConfidence: 0.2", "5", "3\nConfidence: 1.5", "4\nconfidence: 60%"]
+    correct = [True, False, True, False, True]
+    # parsed: 0.9 (right), 0.2 (wrong), 0.6 (right); "5" has none, 1.5 is out of range
+    # Brier = ((0.9-1)^2 + (0.2-0)^2 + (0.6-1)^2) / 3 = (0.01 + 0.04 + 0.16) / 3 = 0.07
+    m = ConfidenceTask.heldout_metrics(replies, correct)
+    assert m["confidence/parsed"] == 3 and m["confidence/parsed_frac"] == pytest.approx(0.6)
+    assert m["confidence/brier"] == pytest.approx(0.07) and m["confidence/mean"] == pytest.approx(1.7 / 3)
+    naive = [(q - c) ** 2 for q, c in ((0.9, 1), (0.2, 0), (0.6, 1))]
+    assert m["confidence/brier"] == pytest.approx(sum(naive) / len(naive))
+    # nothing parseable: no Brier at all, never a made-up value
+    assert ConfidenceTask.heldout_metrics(["5", "6"], [True, False]) == {"confidence/parsed_frac": 0.0,
+                                                                          "confidence/parsed": 0}
+    with pytest.raises(ValueError, match="2 replies but 1"):
+        ConfidenceTask.heldout_metrics(["5", "6"], [True])
+    # the evidence rows: RLCR's quantity reads the evaluation after training, not the base one
+    q = MECHANISMS["rlcr"].quantity
+    rows = [{"step": 0, "eval/confidence/brier": 0.5}, {"step": 1, "reward/mean": 0.1},
+            {"step": 2, "reward/mean": 0.2}, {"step": 2, "eval/confidence/brier": 0.25}]
+    assert q(rows) == 0.25 and MECHANISMS["rlcr"].direction == -1
+
+
+def test_capability_card_text_hand_worked_and_its_chinese():
+    from policylab.experiments.evidence.table import capability_card_text, card_text
+    from policylab.learn.glossary import generated_zh
+
+    # d = [+0.075, +0.025, +0.05]: mean 0.05, s.e. 0.0144; 95% t (2 df, 4.303): ± 0.0621
+    row = {"seeds": [0, 1, 2], "method_accuracy": {"mean": 0.5}, "grpo_accuracy": {"mean": 0.45},
+           "difference": 0.05, "difference_se": 0.0144, "interval": [0.05 - 0.0621, 0.05 + 0.0621], "seeds_needed": 3}
+    text = capability_card_text(row, 4)
+    assert text == ("held-out accuracy after 4 rollout steps on its evidence task, 3 seeds: 50.0% vs GRPO's 45.0% on "
+                    "the same prompts, difference +5.0% ± 1.4% (95% interval [-1.2%, +11.2%], not significant); about 3 "
+                    "seeds would make a difference of this size significant (benchmarks/results/evidence.md)")
+    assert generated_zh(text) == ("在其证据任务上训练 4 个采样步后的保留集准确率（3 个种子）：50.0%，同一批提示上 GRPO 为 45.0%，差为 "
+                                  "+5.0% ± 1.4%（95% 区间 [-1.2%, +11.2%]，不显著）；约需 3 个种子才能使这样大小的差显著"
+                                  "（benchmarks/results/evidence.md）")
+    two = capability_card_text({**row, "seeds": [0, 1], "interval": [0.01, 0.09]}, 4)
+    assert "[+1.0%, +9.0%], too few seeds for a claim)" in two and "种子太少，不作结论" in generated_zh(two)
+    sig = capability_card_text({**row, "interval": [0.01, 0.09]}, 4)
+    assert "(95% interval [+1.0%, +9.0%], significant) (benchmarks" in sig and "seeds would" not in sig
+    assert "，显著）（" in generated_zh(sig)
+    one = capability_card_text({**row, "seeds": [0], "difference_se": None, "interval": None}, 4)
+    assert one.endswith("1 seed: 50.0% vs GRPO's 45.0% on the same prompts, difference +5.0%; one seed so far, no claim "
+                        "(benchmarks/results/evidence.md)")
+    assert generated_zh(one).endswith("差为 +5.0%；目前只有一个种子，不作结论（benchmarks/results/evidence.md）")
+    mech = card_text({"verdict": "observed", "quantity": "late-half mean of `policy/entropy`",
+                      "control": "dapo with eps_high=0.2", "stats": {"method": 0.5, "control": 0.4, "difference": 0.1,
+                                                                     "difference_se": 0.01, "n": 3}})
+    assert generated_zh(mech) == ("已观察到：`policy/entropy` 的后半程均值为 0.5，对照组（dapo，eps_high=0.2）为 0.4，3 个种子上的差为 "
+                                  "+0.1 ± 0.01（benchmarks/results/evidence.md）")
+    never = card_text({"verdict": "not measurable here", "quantity": "mean of `a/b`", "per_seed": {}})
+    assert never == ("not measurable here: the runs never logged `a/b` as a finite number at this size and budget "
+                     "(benchmarks/results/evidence.md)")
+    assert generated_zh("free text") is None
+
+
 def test_a_method_its_task_cannot_evaluate_is_refused_without_stopping_the_others(tmp_path):
+    import dataclasses
+
     from policylab.experiments.evidence.arms import build_plans
 
-    arms, refused, plans = build_plans([MECHANISMS["code_opt"], MECHANISMS["gspo"]], Settings(out_dir=tmp_path))
-    # compare's check: the code task's verifier gives its own reference answers 0, so no base accuracy
-    assert set(refused) == {"code_opt"} and "base accuracy cannot be measured" in refused["code_opt"]
+    # cispo's control scored by a verifier that gives everything 0: compare's check finds that the
+    # reference answers score 0, so no base accuracy, and refuses that method only
+    bad = dataclasses.replace(MECHANISMS["cispo"], control_run={"task": {"reward": "trainer_utils:zero_reward"}})
+    arms, refused, plans = build_plans([bad, MECHANISMS["gspo"]], Settings(out_dir=tmp_path))
+    assert set(refused) == {"cispo"} and "base accuracy cannot be measured" in refused["cispo"]
     assert set(arms) == {"gspo"} and set(plans) == {"gspo"}
     assert [(r.label, r.seed) for r in plans["gspo"].runs] == [(lab, s) for lab in ("gspo", "grpo") for s in (0, 1, 2)]
     assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+    # the code and distribution tasks check their verifier on a reference reply (not the gold
+    # text, which no verifier of theirs accepts): their methods plan
+    arms, refused, _ = build_plans([MECHANISMS["code_opt"], MECHANISMS["mad_rl"]], Settings(out_dir=tmp_path))
+    assert refused == {} and set(arms) == {"code_opt", "mad_rl"}
 
 
 def test_the_mechanisms_own_settings_win_over_the_commands_set(tmp_path):

@@ -146,7 +146,7 @@ def test_the_loss_equals_trl_loss_type_on_the_same_batch(tmp_path, tiny_model_di
 
 
 def test_methods_trl_cannot_host_are_refused_naming_the_missing_role(tmp_path, tiny_model_dir):
-    with pytest.raises(PolicylabError, match="round stage `zcpo_drift` needs full-vocabulary statistics"):
+    with pytest.raises(PolicylabError, match="round stage `zcpo_drift` needs the full-vocabulary entropy"):
         _trainer(tmp_path, tiny_model_dir, "zcpo")
     # GMC runs through the round extension, which reads the sampler's log-probs
     with pytest.raises(PolicylabError, match="reads logp_behavior"):

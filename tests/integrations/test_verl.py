@@ -126,8 +126,13 @@ def test_hostability_is_computed_and_refusals_name_the_missing_capability():
     assert any("critic" in r for r in hosting.plan("ppo", PV.ENGINE).requires)
     assert "on_policy_topk" in hosting.plan("sis", PV.ENGINE).refusal()
     assert "worker.logprobs_at" in hosting.plan("sis", PV.ENGINE).refusal()
-    with pytest.raises(PolicylabError, match="round stage `zcpo_drift` needs full-vocabulary statistics"):
+    with pytest.raises(PolicylabError, match="round stage `zcpo_drift` needs the full-vocabulary KL to the reference"):
         PV.resolve("zcpo")
+    # STARE's entropy is verl's old-logprob pass's (a worker pass verl makes); ZCPO's KL is not
+    stare = hosting.plan("stare", PV.ENGINE)
+    assert stare.hostable and stare.extension and any("keep_entropy" in r for r in stare.requires)
+    tlm = hosting.plan("tlm_dre", PV.ENGINE)
+    assert tlm.hostable and any("policylab.extras.turn_ids" in r for r in tlm.requires)
     with pytest.raises(PolicylabError, match="use_kl_loss=True"):
         PV.resolve("grpo", {"kl_coef": 0.04})
 

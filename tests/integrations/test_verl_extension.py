@@ -27,6 +27,7 @@ from policylab.integrations.verl import rounds as VR  # noqa: E402
 
 EXTENSION = sorted(n for n, p in hosting.plans(PV.ENGINE).items() if p.hostable and p.extension)
 TIGHT = dict(rtol=1e-10, atol=1e-12)
+PREFIX_ENTROPY = "policylab.extras.worker_entropy"
 MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean",
          "seq_mean_token_sum": "seq-mean-token-sum", "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
 
@@ -50,6 +51,13 @@ def _dataproto(tr, batch):
     if batch.greedy_rewards is not None:
         t["reward_baselines"] = batch.greedy_rewards
     t.update(user_columns(tr.method, batch))
+    if any("worker.vocab_stats" in s.needs for s in tr.method.active("round")):
+        # verl's old-logprob pass computes the full-vocabulary entropy at the round's weights
+        # (its `entropys`, kept by keep_entropy): here the same quantity from policylab's worker
+        ent = tr.backends.worker.vocab_stats(batch)["entropy"]
+        old = DataProto.from_dict(tensors={"old_log_probs": batch.logp_old if batch.logp_old is not None
+                                           else torch.zeros_like(ent), "entropys": ent})
+        t[PREFIX_ENTROPY] = VR.keep_entropy(old).batch[PREFIX_ENTROPY]
     return DataProto.from_dict(tensors=t, non_tensors={"uid": np.array([f"g{int(g)}" for g in batch.group],
                                                                         dtype=object)})
 

@@ -32,7 +32,6 @@ class Worker:
                 "estimators": sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith("policylab_"))}
 
     def loss(self, name, tensors):
-        import torch
         from verl.trainer.ppo import core_algos
         from verl.workers.config import ActorConfig, PolicyLossConfig
 

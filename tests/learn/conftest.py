@@ -55,6 +55,14 @@ def _q(method, category, fn, args, compare_with=None, placeholder="advantages"):
     }
 
 
+def boundary(name: str) -> dict:
+    """A valid boundary block (what the example shows, what it does not, what is needed)."""
+    return {"en": {"shows": f"the {name} kernel on a hand-made group", "not_shown": "any training run",
+                   "needs": "a trained model and held-out evaluation"},
+            "zh": {"shows": f"{name} 内核在手工构造的一组数据上的输出", "not_shown": "任何训练过程",
+                   "needs": "训练好的模型和留出集评测"}}
+
+
 def bank_data() -> dict[str, dict]:
     """{method: YAML document} of the valid fixture bank."""
     g = {"rewards": [1, 0, 0, 0], "std": "population"}
@@ -66,7 +74,8 @@ def bank_data() -> dict[str, dict]:
     grpo[1]["example"]["zh"] += " 最大值：{best}；是否有正值：{any_positive}。"
     rloo = [_q("rloo", c, "fx_leave_one_out", r, compare_with="grpo" if c == "comparison" else None)
             for c in ("basics", "mechanism", "comparison", "implementation")]
-    return {"grpo": {"method": "grpo", "questions": grpo}, "rloo": {"method": "rloo", "questions": rloo}}
+    return {"grpo": {"method": "grpo", "boundary": boundary("grpo"), "questions": grpo},
+            "rloo": {"method": "rloo", "boundary": boundary("rloo"), "questions": rloo}}
 
 
 def topics_data() -> dict:
@@ -74,7 +83,8 @@ def topics_data() -> dict:
          "en": {"question": "GRPO or RLOO on the same rewards?", "answer": "Compare {grpo} with {rloo}."},
          "zh": {"question": "同样的奖励下 GRPO 与 RLOO 有何不同？", "answer": "比较 {grpo} 与 {rloo}。"},
          "example": {"function": "fx_both", "args": {"rewards": [1, 0, 0]},
-                     "en": "GRPO {grpo} vs RLOO {rloo}.", "zh": "GRPO {grpo} 对比 RLOO {rloo}。"}}
+                     "en": "GRPO {grpo} vs RLOO {rloo}.", "zh": "GRPO {grpo} 对比 RLOO {rloo}。"},
+         "boundary": boundary("grpo and rloo")}
     step = {"topic": {"en": "Baselines without a critic", "zh": "无需价值网络的基线"}, "methods": ["grpo", "rloo"],
             "why": {"en": "Both replace the critic by other samples.", "zh": "两者都用其他样本代替价值网络。"}}
     return {"reading_order": [step], "questions": [q]}

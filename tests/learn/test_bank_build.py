@@ -224,6 +224,7 @@ def test_unknown_only_method_raises_close_matches(fixture_bank):
 def test_fixture_yaml_is_the_documented_format(fixture_bank):
     """The fixture follows LEARN_FORMAT.md's keys exactly (so the tests exercise the real format)."""
     doc = yaml.safe_load((fixture_bank.bank_dir / "grpo.yaml").read_text(encoding="utf-8"))
-    assert set(doc) == {"method", "questions"}
+    assert set(doc) == {"method", "boundary", "questions"}
+    assert set(doc["boundary"]) == {"en", "zh"} and set(doc["boundary"]["zh"]) == {"shows", "not_shown", "needs"}
     assert set(doc["questions"][0]) == {"id", "category", "compare_with", "en", "zh", "example"}
     assert set(doc["questions"][0]["example"]) == {"function", "args", "en", "zh"}

@@ -356,3 +356,48 @@ def test_every_page_fits_at_1280_and_400_px_in_both_languages(browser, real_site
             _small_png(browser, target / f"{name[:-5]}-{lang}-{width}.png")
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+_OPEN_ANSWERS = """
+document.querySelectorAll('details.q').forEach(function (d) { d.open = true; });
+var W = window.innerWidth, out = {page_overflow: document.documentElement.scrollWidth - W, boundaries: 0, bad: []};
+document.querySelectorAll('.boundary').forEach(function (b) {
+  var r = b.getBoundingClientRect(), id = b.closest('details').id;
+  var shown = Array.prototype.filter.call(b.querySelectorAll('dd > span'), function (s) {
+    return s.offsetParent !== null; });
+  out.boundaries += 1;
+  if (r.right > W + 0.5) out.bad.push(id + ': ' + Math.round(r.right - W) + ' px past the window');
+  if (r.height < 20 || shown.length !== 3) out.bad.push(id + ': ' + shown.length + ' of 3 parts shown');
+});
+return out;
+"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_answer_opened_shows_its_boundary_inside_the_window(browser, real_site, width):
+    """Every method, metric and topics page with all its answers open, in both languages:
+    each answer's boundary block shows its three parts in the current language, inside the
+    window, and the page does not scroll sideways."""
+    from selenium.webdriver.common.by import By
+
+    pages = [p for pattern in ("method-*.html", "metric-*.html", "literature-*.html", "topics.html")
+             for p in sorted(real_site.glob(pattern))]
+    _window(browser, width)
+    try:
+        problems, boundaries = [], 0
+        for page in pages:
+            browser.get(page.as_uri() + "?lang=en")
+            for lang in ("en", "zh"):
+                if lang == "zh":
+                    browser.find_element(By.CSS_SELECTOR, 'button[data-set-lang="zh"]').click()
+                s = browser.execute_script(_OPEN_ANSWERS)
+                boundaries += s["boundaries"] if lang == "en" else 0
+                where = f"{page.name} [{lang}, {width} px]"
+                if s["page_overflow"] > 0:
+                    problems.append(f"{where}: with the answers open the page scrolls sideways by "
+                                    f"{s['page_overflow']} px")
+                problems += [f"{where}: {b}" for b in s["bad"]]
+        assert boundaries >= 240, boundaries
+        assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems[:40])
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

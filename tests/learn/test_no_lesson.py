@@ -111,8 +111,8 @@ def test_the_site_lists_it_with_no_lesson_yet(toy, tmp_path):
 
 def test_with_a_bank_file_of_its_own_it_has_questions_and_no_figure(toy, tmp_path):
     docs = bank_data()  # the toy's file: the fixture's GRPO questions under its own name and ids
-    docs[TOY] = {"method": TOY, "questions": [dict(q, id=q["id"].replace("grpo", TOY))
-                                              for q in docs["grpo"]["questions"]]}
+    docs[TOY] = {"method": TOY, "boundary": docs["grpo"]["boundary"],
+                 "questions": [dict(q, id=q["id"].replace("grpo", TOY)) for q in docs["grpo"]["questions"]]}
     out = _site(tmp_path, docs)
     text = (out / f"method-{TOY}.html").read_text(encoding="utf-8")
     assert f'id="{TOY}-basics"' in text and site.esc(lessons.NO_LESSON_NOTE["en"]) not in text

@@ -40,8 +40,11 @@ def test_an_unknown_capability_is_refused_when_the_stage_is_made():
 
 def test_missing_capabilities_name_the_stage_and_the_call():
     zcpo = methods.get("zcpo")
-    assert missing_capabilities(zcpo, {"worker.vocab_stats"}) == []
-    assert missing_capabilities(zcpo, set()) == ["stage `zcpo_drift` needs `worker.vocab_stats`"]
+    assert missing_capabilities(zcpo, {"worker.vocab_stats", "worker.vocab_kl"}) == []
+    assert missing_capabilities(zcpo, set()) == ["stage `zcpo_drift` needs `worker.vocab_stats`",
+                                                 "stage `zcpo_drift` needs `worker.vocab_kl`"]
+    # an engine whose old pass gives the entropy (verl's) does not give ZCPO the full-vocabulary KL
+    assert missing_capabilities(zcpo, {"worker.vocab_stats"}) == ["stage `zcpo_drift` needs `worker.vocab_kl`"]
     with pytest.raises(PolicylabError, match="method `zcpo` cannot run on a bare backend: stage `zcpo_drift` needs"):
         require_capabilities(zcpo, frozenset(), "a bare backend")
     assert missing_capabilities(methods.get("grpo"), set()) == []  # the core calls suffice

@@ -212,7 +212,6 @@ def test_one_response_column(tokenizer):
 
 
 def test_optimizer_step_metrics_equal_with_and_without_prefix(tiny_model_dir, tmp_path):
-    from policylab.methods import stages
     from policylab.trainer.loop import Trainer
 
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", train={"dtype": "fp64"},

@@ -2,7 +2,6 @@
 and never built from the held-out split."""
 
 import pytest
-import torch
 
 from policylab.kernels.rewards.verifiers import exact_numeric_reward
 from policylab.tasks import ArithmeticTask, guidance

@@ -1,7 +1,6 @@
 """Trainer invariants on a tiny random Llama with the SmolLM2 tokenizer."""
 
 import dataclasses
-import json
 import math
 
 import pytest

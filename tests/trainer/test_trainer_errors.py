@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from policylab.trainer.checkpoint import latest_checkpoint, save_checkpoint
+from policylab.trainer.checkpoint import latest_checkpoint
 from policylab.errors import NonFiniteError
 from policylab.kernels.rewards import RewardFnError
 from policylab.trainer.loop import Trainer

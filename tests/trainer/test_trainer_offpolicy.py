@@ -1,7 +1,6 @@
 """Real mismatch (bf16 behavior engine vs fp32 trainer) and real staleness in the trainer."""
 
 import pytest
-import torch
 
 from policylab.errors import BatchReuseError
 from policylab.trainer.loop import Trainer

@@ -68,7 +68,7 @@ class LocalWorker:
     critic, critic_optimizer  value model for methods with a critic (None otherwise)
     """
 
-    capabilities = frozenset({"worker.logprobs_at", "worker.vocab_stats", "worker.prompt_logprobs",
+    capabilities = frozenset({"worker.logprobs_at", "worker.vocab_stats", "worker.vocab_kl", "worker.prompt_logprobs",
                               "worker.continuation_logprobs"})
 
     def __init__(self, learner: Learner, *, ref_model=None, critic=None, critic_optimizer=None):

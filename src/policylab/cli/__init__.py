@@ -249,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     if _default_showwarning is None:
         _default_showwarning = warnings.showwarning
         warnings.showwarning = _show_warning
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["quiz"]:
+        # the quiz's own parser: building the full one imports torch and every pipeline,
+        # and the first question should be on the screen before that (`learn.quiz`)
+        from policylab.learn.cli import main as learn_main
+
+        return learn_main(argv)
     args = build_parser().parse_args(argv)
     with _sigterm_interrupts():
         return _dispatch(args)

@@ -18,7 +18,7 @@ from policylab.batch import SamplingSettings
 def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *, samples: int = 1,
              k: tuple[int, ...] = (1,), temperature: float = 1.0, max_new_tokens: int = 32,
              batch_size: int = 64, seed: int = 1234, progress=None, counts: bool = False,
-             solved_at: float = 1.0, prompt_texts: list[str] | None = None) -> dict:
+             solved_at: float = 1.0, prompt_texts: list[str] | None = None, task_metrics=None) -> dict:
     """Sample `samples` replies per prompt and score them with `reward_fn` against the
     gold `answers` (the evaluator: the only place gold is read). `counts=True` adds
     "correct_per_prompt", the number of correct samples of each prompt, in order (what
@@ -30,7 +30,9 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
     samples, partial credit included, is `mean_reward`. A non-finite score is refused
     (it names the reply), never averaged in. `prompt_texts` (the prompts as text, one per
     prompt) reach the verifier as `prompts=`, as in training, so a reply that only echoes
-    its prompt is judged the same way in both."""
+    its prompt is judged the same way in both. `task_metrics(replies, correct)` (the task's
+    own held-out measures, e.g. the calibration of a stated confidence) gets every reply and
+    whether it was correct, and its dict joins the result."""
     from policylab.errors import PolicylabError
     from policylab.kernels.metrics import pass_at_k
 
@@ -39,6 +41,8 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
         raise PolicylabError(f"prompt_texts has {len(prompt_texts)} entries for {n_prompts} prompts")
     correct = torch.zeros(n_prompts)
     lengths, total, score_sum = [], 0, 0.0
+    all_texts: list[str] = []
+    all_correct: list[bool] = []
     sampling = SamplingSettings(temperature=temperature)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
@@ -60,6 +64,9 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
                 raise PolicylabError(f"the verifier scored {len(bad)} held-out reply(ies) non-finite, e.g. {r[i].item()} "
                                      f"for reply {texts[i]!r} (gold {golds[i]!r}): fix the verifier")
             correct[sl] = (r >= solved_at).view(-1, samples).sum(-1).float()
+            if task_metrics is not None:
+                all_texts += texts
+                all_correct += (r >= solved_at).tolist()
             score_sum += float(r.double().sum())
             lengths.extend(batch.response_lengths.tolist())
             total += len(texts)
@@ -79,6 +86,12 @@ def evaluate(engine, prompts: list[list[int]], answers: list[str], reward_fn, *,
     out["accuracy_stderr"] = math.sqrt(max(p * (1 - p), 1e-12) / (n_prompts * samples))
     if counts:
         out["correct_per_prompt"] = [int(x) for x in correct.tolist()]
+    if task_metrics is not None:
+        extra = task_metrics(all_texts, all_correct)
+        clash = sorted(set(extra) & set(out))
+        if clash:
+            raise PolicylabError(f"the task's held-out metrics would overwrite {clash}")
+        out.update(extra)
     return out
 
 

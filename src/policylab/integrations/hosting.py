@@ -17,6 +17,13 @@ declares it reads, never from a list of names:
 - the advantage stage may read only what the engine's advantage hook supplies (rewards
   and the prompt groups, for both engines).
 
+- no stage may change the learner outside its loss: a gradient stage (rewriting the
+  accumulated gradient before the optimizer steps), a post-step stage (changing the
+  weights after it) or a model stage that wraps or re-parameterizes the learner (GCPO's
+  LoRA frames, ISO's fixed spectra, TASCO's soft prefix) needs a hook inside the engine's
+  optimizer step or model construction; model stages that only build a frozen companion
+  (a peer, teachers, a reward model) go with the source or reward they serve.
+
 Reward and filter stages are outside any loss: they are listed on the hosting card as
 the parts the user's engine configuration (its reward function, its group filter) must
 provide.
@@ -88,6 +95,11 @@ class Engine:
     batch_requires: Mapping[str, str] = field(default_factory=dict)
     row_sources: Mapping[str, str] = field(default_factory=dict)
     extension_loss_fields: Mapping[str, str] = field(default_factory=dict)
+    # sources whose rows the engine's own rollout makes, with per-row columns the user adds
+    # (source stage -> how), and worker calls a round stage makes that one of the engine's
+    # own passes already computes (capability -> the setting or trainer change that keeps it)
+    own_rows: Mapping[str, str] = field(default_factory=dict)
+    worker_passes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,6 +136,23 @@ def _missing(stage: Stage, available, kind: str, engine: Engine) -> list[str]:
             continue
         what = FIELD_MEANING.get(f, f)
         out.append(f"{kind} `{stage.name}` reads `{f}` ({what}), which {engine.name}'s {_hook(kind)} does not supply")
+    return out
+
+
+def _learner_stages(m: Method, engine: Engine) -> list[str]:
+    """Why the engine cannot run `m`'s stages that change the learner outside its loss."""
+    out = []
+    for s in m.active("model"):
+        if s.learner:
+            out.append(f"model stage `{s.name}` changes the learner itself (wraps, freezes or re-parameterizes its "
+                       f"weights); {engine.name} builds and wraps its own actor model, and policylab has no hook to "
+                       f"change it before the optimizer is made")
+    for s in m.active("grad"):
+        out.append(f"gradient stage `{s.name}` rewrites the accumulated gradient before each optimizer step; "
+                   f"{engine.name}'s optimizer step has no hook between the last backward and the step")
+    for s in m.active("poststep"):
+        out.append(f"post-step stage `{s.name}` changes the weights after each optimizer step; "
+                   f"{engine.name} has no hook after its optimizer step")
     return out
 
 
@@ -171,6 +200,7 @@ def _plain_plan(method: Method | str, engine: Engine, overrides: Mapping[str, An
         extra = [w for w in m.source.writes if w not in sources.ON_POLICY.writes]
         reasons.append(f"source `{m.source.name}` records {', '.join(extra) or 'more than the sampled tokens'} at "
                        f"sampling; {engine.name} samples with its own rollout engine")
+    reasons += _learner_stages(m, engine)
     for s in m.active("round"):
         what = ", ".join(f"`{f}` ({FIELD_MEANING.get(f, f)})" for f in s.reads) or "the whole batch"
         reasons.append(f"round stage `{s.name}` runs once per update round over the whole batch and reads {what}; "
@@ -201,7 +231,8 @@ def _plain_plan(method: Method | str, engine: Engine, overrides: Mapping[str, An
 
 _SERVICE = {"worker.prompt_logprobs": "the learner's log-probs over the prompt tokens",
             "worker.logprobs_at": "the learner's log-probs at token ids other than the sampled ones",
-            "worker.vocab_stats": "full-vocabulary statistics of a forward (entropy / KL over the vocabulary)"}
+            "worker.vocab_stats": "the full-vocabulary entropy of a forward at the round's start",
+            "worker.vocab_kl": "the full-vocabulary KL to the reference at every position (both models' logits at once)"}
 
 
 def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
@@ -217,7 +248,10 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
     avail = set(engine.batch_fields)
     req_fields: dict[str, str] = dict(engine.batch_requires)
     if m.source is not sources.ON_POLICY:
-        if m.source.name in engine.row_sources:
+        if m.source.name in engine.own_rows:
+            requires.append(f"the rows of source `{m.source.name}` from {engine.own_rows[m.source.name]}")
+            avail |= set(m.source.writes)
+        elif m.source.name in engine.row_sources:
             requires.append(f"the rows of source `{m.source.name}` appended to the engine's batch "
                             f"({engine.row_sources[m.source.name]}), each with its provenance (source, producer) "
                             f"and its behavior log-probs on behavior_mask, as policylab columns "
@@ -245,8 +279,13 @@ def extension_plan(base: HostPlan, engine: Engine) -> HostPlan:
             reasons.append(f"{kind} `{stage.name}` reads `{f}` ({FIELD_MEANING.get(f, f)}), which {engine.name}'s "
                            f"batch does not hold")
 
+    reasons += _learner_stages(m, engine)
     for s in m.active("round"):
         for n in s.needs:
+            if n in engine.worker_passes:
+                if engine.worker_passes[n] not in requires:
+                    requires.append(engine.worker_passes[n])
+                continue
             reasons.append(f"round stage `{s.name}` needs {_SERVICE.get(n, n)} (policylab's `{n}`), which "
                            f"{engine.name} does not compute")
         need(s, "round stage")

@@ -52,18 +52,47 @@ _TENSOR_FIELDS = ("group", "policy_version", "logp_behavior", "behavior_mask", "
                   "token_rewards", "reward_vectors", "reward_intervals", "greedy_rewards")
 
 
+ENTROPY = "worker_entropy"  # extras key (column policylab.extras.worker_entropy): the engine's old-pass entropy
+
+
+class PassWorker:
+    """The worker calls a round stage may make inside an engine, served from what the
+    engine's own passes computed (columns of its batch), never from a model: the
+    full-vocabulary entropy at the round's start (`vocab_stats`; verl's old-logprob pass
+    computes it, kept as ``policylab.extras.worker_entropy``). Anything else is refused."""
+
+    def __init__(self, engine: str):
+        self.engine = engine
+
+    def vocab_stats(self, batch: RolloutBatch, *, kl_to_reference: bool = False) -> dict[str, torch.Tensor]:
+        if kl_to_reference:
+            raise PolicylabError(f"a full-vocabulary KL to the reference was asked for; {self.engine}'s passes "
+                                 "compute the full-vocabulary entropy only")
+        ent = batch.extras.get(ENTROPY)
+        if ent is None:
+            raise PolicylabError(f"this method reads the full-vocabulary entropy at the round's start, and "
+                                 f"{self.engine}'s batch has no column {PREFIX}extras.{ENTROPY} (the old-logprob "
+                                 "pass's entropy, kept: see policylab.integrations.verl.rounds.keep_entropy)")
+        if tuple(ent.shape) != tuple(batch.loss_mask.shape):
+            raise PolicylabError(f"{PREFIX}extras.{ENTROPY} has shape {tuple(ent.shape)}, the responses "
+                                 f"{tuple(batch.loss_mask.shape)}")
+        return {"entropy": torch.where(batch.loss_mask, ent, torch.zeros((), dtype=ent.dtype))}
+
+
 def context(method: Method, stage, state: Mapping[str, Any], run: RunShape, batch: RolloutBatch,
-            policy_version: int = 0) -> StageContext:
+            policy_version: int = 0, engine: str = "the engine") -> StageContext:
     """The context a round or advantage stage sees inside an engine: the method's
-    parameters and per-run state, no policylab backends (a stage that needs one is
-    refused by the hosting plan)."""
-    return StageContext(p=method.view(stage), state=dict(state), run=run, policy_version=policy_version,
-                        sampling=batch.sampling, rollout=None, worker=None, score=None, next_train=None, encode=None,
-                        new_groups=None, decode=None, task_reward=None, batch_tag=batch.batch_id)
+    parameters and per-run state; as worker only `PassWorker` (the engine's own passes),
+    seen through the stage's declared needs (a stage that needs more is refused by the
+    hosting plan)."""
+    ctx = StageContext(p=method.view(stage), state=dict(state), run=run, policy_version=policy_version,
+                       sampling=batch.sampling, rollout=None, worker=PassWorker(engine), score=None, next_train=None,
+                       encode=None, new_groups=None, decode=None, task_reward=None, batch_tag=batch.batch_id)
+    return ctx.for_stage(method, stage)
 
 
 def run_round(method: Method, batch: RolloutBatch, state: Mapping[str, Any], run: RunShape,
-              policy_version: int = 0):
+              policy_version: int = 0, engine: str = "the engine"):
     """The method's round stages, then its advantage stage, on the whole batch (as
     `Trainer.round_inputs`). Returns (batch with the stages' fields, Advantages, metrics)."""
     metrics: dict = {}
@@ -71,11 +100,11 @@ def run_round(method: Method, batch: RolloutBatch, state: Mapping[str, Any], run
         raise PolicylabError(f"method `{method.name}` reads logp_current (the learner at the start of the round); "
                              "the engine's batch has none")
     for stage in method.active("round"):
-        changes, info = stage.fn(batch, context(method, stage, state, run, batch, policy_version))
+        changes, info = stage.fn(batch, context(method, stage, state, run, batch, policy_version, engine))
         batch = apply_changes(batch, changes, stage)
         metrics.update(info)
     with torch.no_grad():
-        A = method.advantage.fn(batch, context(method, method.advantage, state, run, batch, policy_version))
+        A = method.advantage.fn(batch, context(method, method.advantage, state, run, batch, policy_version, engine))
     return batch, A, metrics
 
 
@@ -192,5 +221,5 @@ def columns_of(mapping: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)}
 
 
-__all__ = ["PREFIX", "ROW", "NORM", "context", "run_round", "norms", "to_columns", "loss_batch", "loss_inputs", "decode", "with_columns",
+__all__ = ["PREFIX", "ROW", "NORM", "ENTROPY", "PassWorker", "context", "run_round", "norms", "to_columns", "loss_batch", "loss_inputs", "decode", "with_columns",
            "term_norms", "columns_of"]

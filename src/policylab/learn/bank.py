@@ -17,11 +17,12 @@ read from the code in `learn.anatomy`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from policylab import methods
+from policylab.learn import index as _index
+from policylab.learn.index import BANK_DIR, TOPICS_PATH, Pending
 from policylab.learn.lessons import is_shipped
 from policylab.learn.metric_questions import METRIC_BANK_DIR, metric_bank
 from policylab.learn.questions import (
@@ -45,10 +46,6 @@ from policylab.learn.questions import (
     render_value,
 )
 
-HERE = Path(__file__).resolve().parent
-BANK_DIR = HERE / "bank"
-TOPICS_PATH = HERE / "topics.yaml"
-
 __all__ = ["BANK_DIR", "CATEGORIES", "LANGS", "METRIC_BANK_DIR", "TOPICS_PATH", "BankError", "Example",
            "MethodEntry", "Pending", "Question", "ReadingStep", "Topics", "build_bank", "fill", "has_lesson", "metric_bank",
            "placeholders", "question_index", "reading_steps", "render_value", "topics"]
@@ -64,7 +61,7 @@ def _parse_method_file(path: Path, examples, errors: list) -> MethodEntry | None
     name, file = path.stem, path.name
     if data.get("method") != name:
         errors.append(f"{file}: `method: {data.get('method')}` does not match the file name (expected `method: {name}`)")
-    extra = set(data) - {"method", "questions"}
+    extra = set(data) - {"method", "questions", "boundary"}
     if extra:
         errors.append(f"{file} (method {name}): unknown top-level key(s) {sorted(extra)}")
     raw = data.get("questions")
@@ -82,7 +79,7 @@ def _parse_method_file(path: Path, examples, errors: list) -> MethodEntry | None
     for q in raw:
         if isinstance(q, dict) and q.get("category") in CATEGORIES and q.get("id") != f"{name}-{q['category']}":
             errors.append(f"{file} (method {name}), question {q.get('id')!r}: id must be `{name}-{q['category']}`")
-        parsed = parse_question(q, file, (name,), examples, errors, topic=False)
+        parsed = parse_question(q, file, (name,), examples, errors, topic=False, boundary=data.get("boundary"))
         if parsed is not None:
             questions.append(parsed)
     questions.sort(key=lambda q: CATEGORIES.index(q.category))
@@ -211,83 +208,15 @@ def topics(lang: str | None = None, *, path: Path | str | None = None,
 
 
 # ------------------------------------------------------------------- lazy question index
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A question read from its file but not yet rendered: its example has not run."""
-
-    id: str
-    category: str
-    methods: tuple  # its owners: (subject,) or the two methods of a topics question
-    compare_with: str | None
-    file: Path
-    raw: dict
-    topic: bool
-
-    def render(self, lang: str | None = None, *, examples: Mapping[str, Callable] | None = None) -> Question:
-        """Validate this one question and run its example (BankError naming the problem)."""
-        errors: list[str] = []
-        q = parse_question(self.raw, self.file.name, self.methods, default_examples(examples), errors, self.topic)
-        if errors or q is None:
-            raise BankError(errors or [f"{self.file.name}: question {self.id!r} does not build"])
-        return in_lang(q, lang)
-
-
-def _yaml(path: Path):
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-    except yaml.YAMLError as exc:
-        raise BankError([f"{path.name}: not valid YAML: {exc}"]) from None
-
-
-def _pending(path: Path, owners: tuple | None, topic: bool) -> list[Pending]:
-    data = _yaml(path)
-    raw = data.get("questions") if isinstance(data, dict) else None
-    if not isinstance(raw, list):
-        raise BankError([f"{path.name}: `questions` must be a list"])
-    out = []
-    for q in raw:
-        if not isinstance(q, dict):
-            raise BankError([f"{path.name}: a question must be a mapping, got {type(q).__name__}"])
-        ms = tuple(q.get("methods") or ()) if topic else owners
-        out.append(Pending(str(q.get("id")), str(q.get("category")), ms, q.get("compare_with"), path, q, topic))
-    return out
+# (learn.index: read without torch or the registry; here the index keeps only the files of
+# registered methods, as the bank does)
 
 
 def question_index(*, bank_dir: Path | str | None = None, topics_path: Path | str | None = None,
                    extra: bool | None = None) -> list[Pending]:
-    """Every question of the bank (method files, then the metric and literature files with
-    `extra`, default: when the bank is the package's own, then the cross-method questions of topics.yaml), read but not rendered: no
-    example runs until `Pending.render`. The quiz asks from this index, so asking one
-    question runs one example; the full validation is `build_bank` / `topics` /
-    `metric_questions.extra_bank` (the site build and the tests)."""
-    from policylab.learn.metric_questions import DIRS
-
-    extra = bank_dir is None if extra is None else extra
-    bank_dir = Path(bank_dir) if bank_dir is not None else BANK_DIR
-    out: list[Pending] = []
-    for p in sorted(bank_dir.glob("*.yaml")) if bank_dir.is_dir() else ():
-        if p.stem in methods.REGISTRY:
-            out += _pending(p, (p.stem,), topic=False)
-    if extra:
-        for folder in DIRS.values():
-            for p in sorted(folder.glob("*.yaml")) if folder.is_dir() else ():
-                out += _pending(p, (p.stem,), topic=False)
-    path = Path(topics_path) if topics_path is not None else TOPICS_PATH
-    if path.exists():
-        out += _pending(path, None, topic=True)
-    return out
+    """`index.question_index` with the method files of registered methods only."""
+    return _index.question_index(bank_dir=bank_dir, topics_path=topics_path, extra=extra,
+                                 registered=lambda name: name in methods.REGISTRY)
 
 
-def reading_steps(topics_path: Path | str | None = None) -> list[dict]:
-    """The reading order's raw steps ({topic: {en, zh}, methods: [...]}) without running
-    anything (the quiz's --topic filter)."""
-    path = Path(topics_path) if topics_path is not None else TOPICS_PATH
-    if not path.exists():
-        return []
-    data = _yaml(path)
-    return [s for s in (data.get("reading_order") or []) if isinstance(s, dict)] if isinstance(data, dict) else []
+reading_steps = _index.reading_steps

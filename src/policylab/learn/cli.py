@@ -122,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return args.fn(args)
-    except (PolicylabError, FileNotFoundError) as exc:
-        print(f"policylab: error: {exc}", file=sys.stderr)
+    except (PolicylabError, FileNotFoundError, ImportError) as exc:
+        print(f"policylab: error: {' '.join(str(exc).split()) if args.cmd == 'quiz' else exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("policylab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

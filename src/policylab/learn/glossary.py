@@ -105,11 +105,56 @@ def status_parts(text: str) -> list[str] | None:
     return parts
 
 
+# the mechanism and capability levels measured by `policylab evidence` are generated from one
+# template each (policylab.experiments.evidence.table.card_text / capability_card_text): their
+# Chinese is generated from the same parts, so a new measurement needs no new glossary entry
+_MECH_RE = re.compile(r"^(?P<v>observed|not observed|one seed so far, no claim): (?P<red>mean|late-half mean|final value) of "
+                      r"`(?P<key>[^`]+)` (?P<m>\S+) vs (?P<c>\S+) for the control \((?P<ctl>.+)\), difference "
+                      r"(?P<d>\S+)(?: ± (?P<se>\S+))? over (?P<n>\d+) seeds \((?P<where>[^()]+)\)$")
+_CAP_RE = re.compile(r"^held-out accuracy after (?P<steps>\d+) rollout steps on its evidence task, (?P<n>\d+) seeds?: "
+                     r"(?P<m>\S+) vs GRPO's (?P<g>\S+) on the same prompts, difference (?P<d>\S+)"
+                     r"(?: ± (?P<se>\S+) \(95% interval \[(?P<lo>\S+), (?P<hi>\S+)\], (?P<sig>significant|not significant|too few seeds for a claim)\))?"
+                     r"(?:; about (?P<need>\d+) seeds would make a difference of this size significant)?"
+                     r"(?P<one>; one seed so far, no claim)? \((?P<where>[^()]+)\)$")
+_NEVER_RE = re.compile(r"^the runs never logged `(?P<key>[^`]+)` as a finite number at this size and budget "
+                       r"\((?P<where>[^()]+)\)$")
+_VERDICT_ZH = {"observed": "已观察到", "not observed": "未观察到", "one seed so far, no claim": "目前只有一个种子，不作结论"}
+
+
+def _control_zh(control: str) -> str:
+    return control.replace(" with ", "，").replace(" and ", "，")
+
+
+def generated_zh(value: str) -> str | None:
+    """The Chinese of a generated mechanism or capability level, or None when `value` is not one."""
+    value = _norm(value)
+    if m := _MECH_RE.match(value):
+        red = {"mean": "均值", "late-half mean": "后半程均值", "final value": "最终值"}[m["red"]]
+        se = f" ± {m['se']}" if m["se"] else ""
+        return (f"{_VERDICT_ZH[m['v']]}：`{m['key']}` 的{red}为 {m['m']}，对照组（{_control_zh(m['ctl'])}）为 "
+                f"{m['c']}，{m['n']} 个种子上的差为 {m['d']}{se}（{m['where']}）")
+    if m := _CAP_RE.match(value):
+        out = (f"在其证据任务上训练 {m['steps']} 个采样步后的保留集准确率（{m['n']} 个种子）：{m['m']}，同一批提示上 GRPO 为 "
+               f"{m['g']}，差为 {m['d']}")
+        if m["se"]:
+            sig = {"significant": "显著", "not significant": "不显著", "too few seeds for a claim": "种子太少，不作结论"}[m["sig"]]
+            out += f" ± {m['se']}（95% 区间 [{m['lo']}, {m['hi']}]，{sig}）"
+        if m["need"]:
+            out += f"；约需 {m['need']} 个种子才能使这样大小的差显著"
+        if m["one"]:
+            out += "；目前只有一个种子，不作结论"
+        return out + f"（{m['where']}）"
+    if m := _NEVER_RE.match(value):
+        return f"在此规模和预算下，各次运行从未把 `{m['key']}` 记录为有限数（{m['where']}）"
+    return None
+
+
 def _level_zh(value: str) -> str | None:
     if value.startswith(_NOT_MEASURABLE):
-        reason = _data()[1].get(_norm(value[len(_NOT_MEASURABLE):]))
+        rest = value[len(_NOT_MEASURABLE):]
+        reason = _data()[1].get(_norm(rest)) or generated_zh(rest)
         return None if reason is None else f"此处无法测量：{reason}"
-    return _data()[1].get(_norm(value))
+    return _data()[1].get(_norm(value)) or generated_zh(value)
 
 
 def zh(text: str) -> str | None:
@@ -118,6 +163,8 @@ def zh(text: str) -> str | None:
     if not str(text).strip():
         return ""
     direct = _data()[1].get(_norm(text))
+    if direct is None:
+        direct = generated_zh(text)
     m = _LEVELS.match(_norm(text)) if direct is None else None
     if m is None:
         return direct

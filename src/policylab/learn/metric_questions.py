@@ -20,10 +20,7 @@ from pathlib import Path
 from policylab.learn.questions import CATEGORIES, BankError, check_lang, default_examples, in_lang, load_yaml, parse_question
 from policylab.learn.subjects import Subject, metric_names
 
-HERE = Path(__file__).resolve().parent
-METRIC_BANK_DIR = HERE / "metric_bank"
-LITERATURE_BANK_DIR = HERE / "literature_bank"
-DIRS = {"metric": METRIC_BANK_DIR, "literature": LITERATURE_BANK_DIR}
+from policylab.learn.index import DIRS, LITERATURE_BANK_DIR, METRIC_BANK_DIR  # noqa: F401 (re-exported)
 
 
 def _names(kind: str) -> list[str]:
@@ -36,8 +33,8 @@ def _parse_file(kind: str, name: str, path: Path, examples, errors: list) -> lis
     data = load_yaml(path, errors)
     if data is None:
         return []
-    if data.get(kind) != name or set(data) != {kind, "questions"}:
-        errors.append(f"{path.name}: needs exactly the keys `{kind}: {name}` and `questions`")
+    if data.get(kind) != name or not {kind, "questions"} <= set(data) <= {kind, "questions", "boundary"}:
+        errors.append(f"{path.name}: needs the keys `{kind}: {name}` and `questions` (and may have `boundary`)")
         return []
     raw = data["questions"] if isinstance(data["questions"], list) else []
     cats = sorted(str(q.get("category")) for q in raw if isinstance(q, dict))
@@ -47,7 +44,7 @@ def _parse_file(kind: str, name: str, path: Path, examples, errors: list) -> lis
     for q in raw:
         if isinstance(q, dict) and q.get("id") != f"{name}-{q.get('category')}":
             errors.append(f"{path.name}, question {q.get('id')!r}: id must be `{name}-{q.get('category')}`")
-        parsed = parse_question(q, path.name, (name,), examples, errors, topic=False)
+        parsed = parse_question(q, path.name, (name,), examples, errors, topic=False, boundary=data.get("boundary"))
         if parsed is not None:
             qs.append(parsed)
     return sorted(qs, key=lambda q: CATEGORIES.index(q.category))

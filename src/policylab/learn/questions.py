@@ -30,7 +30,16 @@ CATEGORIES = ("basics", "mechanism", "comparison", "implementation")
 LANGS = ("en", "zh")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _CJK = re.compile(r"[\u3400-\u9fff]")
-_Q_KEYS = {"id", "category", "compare_with", "en", "zh", "example"}
+_Q_KEYS = {"id", "category", "compare_with", "en", "zh", "example", "boundary"}
+# the three parts of an answer's boundary, in the order they are shown
+BOUNDARY_PARTS = ("shows", "not_shown", "needs")
+BOUNDARY_LABELS = {
+    "en": {"title": "Boundary", "shows": "What the example shows", "not_shown": "What it does not show",
+           "needs": "What the full result would need"},
+    "zh": {"title": "边界", "shows": "本例说明了", "not_shown": "本例没有说明", "needs": "完整结论还需要"},
+}
+# a number typed into prose (not a digit inside a name such as k3 or SmolLM2)
+_TYPED_NUMBER = re.compile(r"(?<![A-Za-z0-9_@.])\d+(?:[.,]\d+)?(?![A-Za-z0-9_])")
 
 
 class BankError(PolicylabError):
@@ -60,6 +69,9 @@ class Question:
     answer: dict  # lang -> text
     example: Example
     file: str
+    # lang -> {shows, not_shown, needs}: what the worked example shows, what it does not,
+    # and what the full result would need (the question's own, or its file's)
+    boundary: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -217,8 +229,44 @@ def _check_placeholders(where: str, named_texts: dict, values: dict, fname: str,
     return ok
 
 
-def parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, topic: bool) -> Question | None:
-    """One question of `file` (owned by `owners`), with its example run and text filled."""
+def parse_boundary(raw: Any, where: str, errors: list) -> dict | None:
+    """A boundary block {en: {shows, not_shown, needs}, zh: {...}}, validated: all three
+    parts in both languages, the Chinese with Chinese characters, and no placeholder or
+    typed-in number (a boundary says in words what the example does and does not show;
+    numbers come from the example). Returns {lang: {part: text}} or None after recording
+    the problems."""
+    if not isinstance(raw, dict):
+        errors.append(f"{where}: `boundary` must be a mapping with en and zh, each with "
+                      f"{', '.join(BOUNDARY_PARTS)}, got {type(raw).__name__}")
+        return None
+    extra = set(raw) - set(LANGS)
+    if extra:
+        errors.append(f"{where}: `boundary` has unknown key(s) {sorted(extra)}; expected {list(LANGS)}")
+    n = len(errors)
+    texts = bilingual_texts(raw, f"{where}, boundary", BOUNDARY_PARTS, errors)
+    for lang, parts in texts.items():
+        for part, text in parts.items():
+            if placeholders(text):
+                errors.append(f"{where}, boundary: `{lang}.{part}` has a placeholder {{{placeholders(text)[0]}}}; "
+                              "a boundary is the same for every example of its file: say it in words")
+            m = _TYPED_NUMBER.search(text)
+            if m:
+                errors.append(f"{where}, boundary: `{lang}.{part}` types in the number {m.group(0)!r}; numbers "
+                              "come from the worked example, a boundary says in words what it does and does not show")
+    if len(errors) > n:
+        return None
+    return {lang: dict(parts) for lang, parts in texts.items()}
+
+
+MISSING_BOUNDARY = ("missing `boundary` (what the worked example shows, what it does not show, what the full "
+                    "result would need; en and zh): give it in the question or once at the top of its file")
+
+
+def parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, topic: bool,
+                   boundary: Any = None) -> Question | None:
+    """One question of `file` (owned by `owners`), with its example run and text filled.
+    `boundary`: the file's boundary block, used when the question has none of its own
+    (one of the two is required)."""
     where = f"{file} ({'topics' if topic else 'method ' + owners[0]})"
     if not isinstance(raw, dict):
         errors.append(f"{where}: a question must be a mapping, got {type(raw).__name__}")
@@ -242,8 +290,15 @@ def parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, t
     elif cw is not None and not topic:
         errors.append(f"{where}: compare_with is only for comparison questions (got {cw!r})")
     texts = bilingual_texts(raw, where, ("question", "answer"), errors)
+    own = raw.get("boundary")
+    if own is None and boundary is None:
+        errors.append(f"{where}: {MISSING_BOUNDARY}")
+        bounds = None
+    else:
+        bounds = parse_boundary(own if own is not None else boundary, where, errors)
     ran = _run_example(raw.get("example"), where, examples, errors)
-    if ran is None or cat not in CATEGORIES or len(texts) != len(LANGS) or any(len(t) != 2 for t in texts.values()):
+    if (bounds is None or ran is None or cat not in CATEGORIES or len(texts) != len(LANGS)
+            or any(len(t) != 2 for t in texts.values())):
         return None
     fname, args, values, ex_texts = ran
     named = {f"{lang}.{f}": texts[lang][f] for lang in LANGS for f in ("question", "answer")}
@@ -256,6 +311,7 @@ def parse_question(raw: Any, file: str, owners: tuple, examples, errors: list, t
         answer={lang: fill(texts[lang]["answer"], values, lang) for lang in LANGS},
         example=Example(fname, args, values, {lang: fill(ex_texts[lang], values, lang) for lang in LANGS}),
         file=file,
+        boundary=bounds,
     )
 
 
@@ -290,4 +346,5 @@ def in_lang(q: Question, lang) -> Question:
     if lang is None:
         return q
     ex = dataclasses.replace(q.example, text={lang: q.example.text[lang]})
-    return dataclasses.replace(q, question={lang: q.question[lang]}, answer={lang: q.answer[lang]}, example=ex)
+    return dataclasses.replace(q, question={lang: q.question[lang]}, answer={lang: q.answer[lang]}, example=ex,
+                               boundary={lang: q.boundary[lang]} if lang in q.boundary else {})

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from policylab import methods
 from policylab.errors import PolicylabError
-from policylab.methods.cards import card_text, literature_card_text
-from policylab.learn import anatomy, bank, lessons, subjects
+from policylab.learn import index
+
+if TYPE_CHECKING:  # the round imports torch and the registry only after its first question is shown
+    from policylab.learn import bank, subjects
 
 UI = {
     "en": dict(prompt="Your answer (finish with an empty line or Ctrl-D):", yours="Your answer", skipped="(no answer given)",
@@ -66,18 +68,36 @@ def _heading(q: bank.Question, lang: str) -> str:
     owners = f" {ui['vs']} ".join(q.methods)
     if q.compare_with:
         owners += f" {ui['vs']} {q.compare_with}"
-    return f"[{owners} · {ui['cat'][q.category]}] {q.id}"
+    return f"[{owners} · {ui['cat'].get(q.category, q.category)}] {q.id}"
 
 
 def example_lines(q: bank.Question, lang: str) -> list[str]:
     """The example sentence and a table of every value the example function returned."""
+    from policylab.learn.questions import render_value
+
     ui = _ui(lang)
     call = f"{q.example.function}({_args(q.example.args)})"
     lines = [f"{ui['example']}: {q.example.text[lang]}", "  " + ui["numbers"].format(call=call)]
     width = max((len(k) for k in q.example.values), default=0)
     for k, v in q.example.values.items():
-        lines.append(f"    {k.ljust(width)} = {bank.render_value(v, lang)}")
+        lines.append(f"    {k.ljust(width)} = {render_value(v, lang)}")
     return lines
+
+
+def boundary_lines(q: bank.Question, lang: str) -> list[str]:
+    """The answer's boundary: what the worked example shows, what it does not, and what
+    the full result would need (`questions.BOUNDARY_PARTS`), in `lang`."""
+    from policylab.learn.questions import BOUNDARY_LABELS, BOUNDARY_PARTS
+
+    labels = BOUNDARY_LABELS[lang]
+    parts = q.boundary.get(lang) or {}
+    sep = ": " if lang == "en" else "："
+    return [f"{labels['title']}{sep.rstrip()}"] + [f"  {labels[p]}{sep}{parts[p]}" for p in BOUNDARY_PARTS if p in parts]
+
+
+def answer_lines(q: bank.Question, lang: str) -> list[str]:
+    """The answer, then its boundary."""
+    return [f"{_ui(lang)['answer']}: {q.answer[lang]}", *boundary_lines(q, lang)]
 
 
 def _args(args: dict) -> str:
@@ -116,7 +136,7 @@ def _score_answer(stdin: TextIO | None) -> bool:
 def _topic_methods(topic: str, topics_path=None) -> set:
     """The methods of the reading-order steps whose title (either language) contains
     `topic` (case-insensitive); none matching is an error listing the titles."""
-    steps = bank.reading_steps(topics_path)
+    steps = index.reading_steps(topics_path)
     key = topic.strip().lower()
     hit = [s for s in steps if any(key in str(t).lower() for t in (s.get("topic") or {}).values())]
     if not hit:
@@ -126,28 +146,44 @@ def _topic_methods(topic: str, topics_path=None) -> set:
 
 
 def select(method: str | None = None, topic: str | None = None, category: str | None = None, *, lang: str = "en",
-           bank_dir=None, topics_path=None) -> list[bank.Pending]:
+           bank_dir=None, topics_path=None) -> list[index.Pending]:
     """The questions a round draws from: every question of the bank (methods, metrics,
     literature-only cards, cross-method questions), narrowed to one subject (`method`,
     any spelling `subjects.resolve` accepts), to the methods of a reading-order topic, and
-    to one category. Nothing is rendered (no example runs)."""
-    from policylab.learn.questions import CATEGORIES
-
+    to one category. Nothing is rendered (no example runs), and a subject named by the
+    name of its bank file (any case) is found without loading the method registry."""
     if category is not None and category not in CATEGORIES:
         raise PolicylabError(f"category must be one of {', '.join(CATEGORIES)}, got {category!r}")
-    pool = bank.question_index(bank_dir=bank_dir, topics_path=topics_path)
+    pool = index.question_index(bank_dir=bank_dir, topics_path=topics_path)
     if method is not None:
-        s = subjects.resolve(method)
-        if s.kind == "method" and not lessons.is_shipped(s.name) and not bank.has_lesson(s.name, bank_dir):
-            raise PolicylabError(_ui(lang)["no_lesson"].format(name=s.name))
-        pool = [p for p in pool if s.name in p.methods or p.compare_with == s.name]
-        pool.sort(key=lambda p: (p.methods[0] != s.name, p.topic))  # its own questions first
+        name = _subject_name(method, pool, lang, bank_dir)
+        pool = [p for p in pool if name in p.methods or p.compare_with == name]
+        pool.sort(key=lambda p: (p.methods[0] != name, p.topic))  # its own questions first
     if topic is not None:
         ms = _topic_methods(topic, topics_path)
         pool = [p for p in pool if set(p.methods) <= ms]
     if category is not None:
         pool = [p for p in pool if p.category == category]
     return pool
+
+
+CATEGORIES = ("basics", "mechanism", "comparison", "implementation")  # = questions.CATEGORIES (tested)
+
+
+def _subject_name(typed: str, pool: list, lang: str, bank_dir) -> str:
+    """The subject `typed` names: the owner of a bank file spelled that way (any case,
+    '-' or space for '_'), else whatever `subjects.resolve` finds (aliases, import paths,
+    close-match suggestions; this loads the registry)."""
+    if isinstance(typed, str):
+        files = {index.norm(p.methods[0]): p.methods[0] for p in pool if not p.topic}
+        if index.norm(typed) in files:
+            return files[index.norm(typed)]
+    from policylab.learn import bank, lessons, subjects
+
+    s = subjects.resolve(typed)
+    if s.kind == "method" and not lessons.is_shipped(s.name) and not bank.has_lesson(s.name, bank_dir):
+        raise PolicylabError(_ui(lang)["no_lesson"].format(name=s.name))
+    return s.name
 
 
 @dataclass
@@ -166,15 +202,62 @@ class Round:
         return [q for q, ok in zip(self.asked, self.right) if not ok]
 
 
+class _Renderer:
+    """Renders the round's questions in order in a background thread (the first import of
+    torch and the registry happens there, while the reader reads the first question);
+    `get(i)` waits for question i and re-raises what rendering it raised. Rendering stops
+    at the first failure or at `close()`, which waits for the question in progress (an
+    interpreter must not exit while the thread is inside an import)."""
+
+    def __init__(self, picked: list, lang: str, examples):
+        self._picked, self._lang, self._examples = picked, lang, examples
+        self._done = [threading.Event() for _ in picked]
+        self._out: list = [None] * len(picked)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="quiz-render", daemon=True)
+
+    def start(self) -> None:
+        """Begin rendering (once; `get` starts it too)."""
+        if self._thread.ident is None:
+            self._thread.start()
+
+    def _run(self) -> None:
+        for i, p in enumerate(self._picked):
+            if self._stop.is_set():
+                break
+            try:
+                self._out[i] = (True, p.render(self._lang, examples=self._examples))
+            except BaseException as exc:  # noqa: BLE001 - handed to the reader's thread
+                self._out[i] = (False, exc)
+                self._stop.set()
+            self._done[i].set()
+
+    def get(self, i: int):
+        self.start()
+        self._done[i].wait()
+        ok, value = self._out[i]
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+
+
 def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: int | None = None, *,
                topic: str | None = None, category: str | None = None, stdin: TextIO | None = None,
                stdout: TextIO | None = None, bank_dir=None, examples=None, topics_path=None) -> Round:
     """A round of `n` different questions chosen by `random.Random(seed)` from `select(...)`
     (fewer when the pool is smaller): each is asked, the reader's answer read from `stdin`
-    (up to an empty line or EOF), the answer and the worked example with its live numbers
-    shown, and the reader says whether they had it (y / anything else). Then the score and
-    a review of the missed questions with their examples. Only the asked questions'
-    examples run, one just before its question is shown."""
+    (up to an empty line or EOF), the answer with its boundary and the worked example with
+    its live numbers shown, and the reader says whether they had it (y / anything else).
+    Then the score and a review of the missed questions with their examples. Only the
+    asked questions' examples run, in a background thread started once the first question
+    is on the screen, in the order they are asked: a question whose text needs no number
+    is shown before its example has run (the first one before torch is even imported),
+    its answer once the example has."""
     ui = _ui(lang)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise PolicylabError(f"a round has at least one question, got n = {n!r}")
@@ -185,13 +268,27 @@ def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: in
         raise PolicylabError(ui["empty"] + (f" ({ui['filters']}: {_filters(method, topic, category)})"
                                             if method or topic or category else ""))
     picked = random.Random(seed).sample(pool, min(n, len(pool)))
+    rendered = _Renderer(picked, lang, examples)
+    try:
+        return _ask(picked, rendered, lang, stdin, out)
+    finally:
+        rendered.close()
+
+
+def _ask(picked: list, rendered: _Renderer, lang: str, stdin, out) -> Round:
+    ui = _ui(lang)
     result = Round()
     for i, p in enumerate(picked, 1):
-        q = p.render(lang, examples=examples)
-        out.write(f"[{i}/{len(picked)}] {_heading(q, lang)}\n{q.question[lang]}\n\n{ui['prompt']}\n")
+        text = p.text(lang)
+        if text is None:  # the question itself holds a live number: wait for its example
+            q = rendered.get(i - 1)
+            text = q.question[lang]
+        out.write(f"[{i}/{len(picked)}] {_heading(p, lang)}\n{text}\n\n{ui['prompt']}\n")
         out.flush()
+        rendered.start()  # the examples run (torch loads) while the reader reads the question
         given = _read_answer(stdin)
-        out.write(f"\n{ui['yours']}: {given or ui['skipped']}\n\n{ui['answer']}: {q.answer[lang]}\n\n")
+        q = rendered.get(i - 1)
+        out.write(f"\n{ui['yours']}: {given or ui['skipped']}\n\n" + "\n".join(answer_lines(q, lang)) + "\n\n")
         out.write("\n".join(example_lines(q, lang)) + f"\n\n{ui['verdict']}\n")
         out.flush()
         result.asked.append(q)
@@ -201,7 +298,7 @@ def quiz_round(n: int = 5, method: str | None = None, lang: str = "en", seed: in
     if result.missed:
         out.write(f"\n{ui['review']}\n")
         for q in result.missed:
-            out.write(f"\n{_heading(q, lang)}\n{q.question[lang]}\n{ui['answer']}: {q.answer[lang]}\n")
+            out.write(f"\n{_heading(q, lang)}\n{q.question[lang]}\n" + "\n".join(answer_lines(q, lang)) + "\n")
             out.write("\n".join(example_lines(q, lang)) + "\n")
     out.flush()
     return result
@@ -221,6 +318,9 @@ def quiz(method: str | None = None, lang: str = "en", seed: int | None = None, *
 def subject_card_text(subject: subjects.Subject) -> str:
     """The card of a method, a literature-only entry or a metric, as `policylab methods NAME`
     prints it (pass@k, which has no card of its own, shows its kernel's docstring)."""
+    from policylab import methods
+    from policylab.methods.cards import card_text, literature_card_text
+
     if subject.kind == "method":
         return card_text(methods.get(subject.name))
     if subject.kind == "literature":
@@ -248,6 +348,10 @@ def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -
     formulas and "no lesson yet" (a shipped method without one is a BankError naming the
     file). The fixed words are in `lang`; a card's fields are shown in `lang` through the
     glossary (`learn.glossary`)."""
+    from policylab import methods
+    from policylab.learn import anatomy, bank, lessons, subjects
+    from policylab.methods.cards import card_text
+
     ui = _ui(lang)
     subject = subjects.resolve(name)
     if subject.kind != "method":
@@ -255,8 +359,7 @@ def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -
 
         parts = [localized_card(subject_card_text(subject), lang), "", f"{ui['questions']}:"]
         for q in subject_questions(subject, lang, examples=examples):
-            parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}",
-                      *example_lines(q, lang)]
+            parts += ["", _heading(q, lang), q.question[lang], *answer_lines(q, lang), *example_lines(q, lang)]
         return "\n".join(parts)
     method = methods.get(subject.name)
     parts = [localized_card(card_text(method), lang), "", f"{ui['formula']}:", anatomy.formula_text(method), "",
@@ -265,7 +368,7 @@ def explain_text(name: str, lang: str = "en", *, bank_dir=None, examples=None) -
         return "\n".join(parts + ["", lessons.NO_LESSON_NOTE[lang]])
     entry = bank.build_bank(lang, bank_dir=bank_dir, examples=examples, only=[method.name])[0]
     for q in entry.questions:
-        parts += ["", _heading(q, lang), q.question[lang], f"{ui['answer']}: {q.answer[lang]}", *example_lines(q, lang)]
+        parts += ["", _heading(q, lang), q.question[lang], *answer_lines(q, lang), *example_lines(q, lang)]
     return "\n".join(parts)
 
 
@@ -295,7 +398,7 @@ def check_plot(name: str, path, lang: str = "en", *, defs_dir=None) -> Path:
     path; raises PolicylabError naming the problem."""
     import os
 
-    from policylab.learn import figures
+    from policylab.learn import figures, lessons, subjects
     from policylab.learn.figures import render
 
     ui = _ui(lang)
@@ -326,7 +429,7 @@ def write_plot(name: str, path, lang: str = "en", *, stdout: TextIO | None = Non
     """Compute the figure of `name` now and write it to `path` (.svg, .png, .pdf) with its
     labels, caption and alt text in `lang`; print where it went and its caption. The path
     and the fonts are checked first (`check_plot`)."""
-    from policylab.learn import figures
+    from policylab.learn import figures, subjects
     from policylab.learn.figures import render
 
     path = check_plot(name, path, lang, defs_dir=defs_dir)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from policylab.learn import anatomy, bank, figures, glossary
 from policylab.learn.bank import LANGS, MethodEntry, Question
+from policylab.learn.questions import BOUNDARY_LABELS, BOUNDARY_PARTS
 from policylab.learn.site_text import CATEGORY, UI
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -90,10 +91,24 @@ def question_html(q: Question, have: set) -> str:
         f'<summary><span class="badge">{bi(CATEGORY[q.category])}</span>{bi(q.question)}</summary>'
         f'<p class="muted">{owners}{vs}</p>'
         f'<div class="answer"><strong>{ui("answer")}</strong>{bi(q.answer, "p")}</div>'
+        f"{boundary_html(q)}"
         f'<div class="example"><strong>{ui("example")}</strong>{bi(q.example.text, "p")}{values_table(q)}'
         f'<p class="muted">{ui("computed")} <code>{esc(q.example.function)}({esc(args)})</code></p></div>'
         "</details>"
     )
+
+
+def boundary_html(q: Question) -> str:
+    """The answer's boundary as a definition list: what the worked example shows, what it
+    does not, what the full result would need (each part in both languages)."""
+    if not q.boundary:
+        return ""
+    rows = "".join(
+        f'<dt>{bi({lang: BOUNDARY_LABELS[lang][p] for lang in LANGS})}</dt>'
+        f'<dd>{bi({lang: q.boundary[lang][p] for lang in LANGS if lang in q.boundary})}</dd>'
+        for p in BOUNDARY_PARTS)
+    title = bi({lang: BOUNDARY_LABELS[lang]["title"] for lang in LANGS})
+    return f'<div class="boundary"><strong>{title}</strong><dl>{rows}</dl></div>'
 
 
 def example_data(questions) -> dict:

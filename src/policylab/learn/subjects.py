@@ -22,10 +22,10 @@ an installed entry point (both through `methods.get`); anything else raises
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 
 from policylab import methods
+from policylab.learn.index import norm
 from policylab.methods.registry import UnknownMethodError
 
 KINDS = ("method", "literature", "metric")
@@ -59,8 +59,7 @@ def subjects() -> list[Subject]:
             + [Subject("metric", n) for n in metric_names()])
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[\s\-]+", "_", name.strip().lower())
+_norm = norm
 
 
 def catalogue() -> dict[str, Subject]:

@@ -186,7 +186,8 @@ LITERATURE_STATUS = {"orl": LITERATURE_ONLY}
 #               methods/mechanisms.py): MECHANISM below, copied from benchmarks/results/evidence.json (a test
 #               checks the two agree), or the declaration's reason it is not measurable here
 #   capability  a held-out result with an interval against a reference run on the same prompts: the methods
-#               of _CAPABILITY (their EVIDENCE text above holds the numbers), "not measured" otherwise
+#               of _CAPABILITY (their EVIDENCE text above holds the numbers), else the evidence runs' comparison
+#               with GRPO on the same prompts (CAPABILITY_RUNS), "not measured" otherwise
 #   scale       inside verl or TRL (docs/running-at-scale.md): verl's training loop never ran here (no GPU);
 #               TRL ran 2-step trainings of a few methods on a tiny random Llama; nothing ran at scale
 FORMULA = "kernel tests (hand-worked cases and naive references)"
@@ -196,18 +197,10 @@ SCALE_TRL = "2-step TRL trainings on a tiny random Llama only (docs/running-at-s
 _CAPABILITY = frozenset(("grpo", *_COMPARED, "tis", "icepop", "mis", "gmc", "missing_old_logits"))
 NOT_MEASURED = "not measured"
 
-# method -> its row of benchmarks/results/evidence.json as the card states it
-# (policylab.experiments.evidence.table.card_text; regenerate after a new part of the runs)
-MECHANISM: dict[str, str] = {
-    'code_opt': ("refused on its task: the task's base accuracy cannot be measured "
-        '(benchmarks/results/evidence.md)'),
-    'gspo': ('one seed so far, no claim: mean of `policy/clip_frac` 0.342 vs 0.01986 for the control (grpo), '
-        'difference +0.322 over 1 seeds (benchmarks/results/evidence.md)'),
-    'mad_rl': ("refused on its task: the task's base accuracy cannot be measured "
-        '(benchmarks/results/evidence.md)'),
-    'tis': ('one seed so far, no claim: mean of `correction/tis/ess` 0.6932 vs 0.4835 for the control (tis '
-        'with tis_cap=1000000.0), difference +0.21 over 1 seeds (benchmarks/results/evidence.md)'),
-}
+# method -> its rows of benchmarks/results/evidence.json as the card states them: the mechanism
+# against its control, and held-out accuracy against GRPO on the same prompts (generated:
+# scripts/update_evidence_levels.py after a new part of the runs)
+from policylab.methods.evidence_levels import CAPABILITY_RUNS, MECHANISM  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,14 +235,14 @@ def levels(name: str) -> Levels:
             mech = f"not measurable here: {_short(decl.not_measurable_here)}"
         else:
             mech = NOT_MEASURED
-    return Levels(FORMULA, mech, EVIDENCE[name] if name in _CAPABILITY else NOT_MEASURED,
-                  SCALE_TRL if name in _TRL_RUNS else SCALE)
+    capability = EVIDENCE[name] if name in _CAPABILITY else CAPABILITY_RUNS.get(name, NOT_MEASURED)
+    return Levels(FORMULA, mech, capability, SCALE_TRL if name in _TRL_RUNS else SCALE)
 
 
 def status_text(name: str) -> str:
     """The card's status: what was run (EVIDENCE), then the levels it does not already say."""
     lv = levels(name)
-    cap = "the result above" if lv.capability != NOT_MEASURED else NOT_MEASURED
+    cap = "the result above" if name in _CAPABILITY else lv.capability
     return (f"{EVIDENCE[name]}. Levels: formula {lv.formula}; mechanism {lv.mechanism}; capability {cap}; "
             f"scale {lv.scale}")
 

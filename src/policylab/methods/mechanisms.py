@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-REDUCTIONS = ("mean", "late")
+REDUCTIONS = ("mean", "late", "final")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ class Quantity:
 
     mean  the mean over those steps;
     late  the mean over their second half (values v_1..v_n in step order: v_{⌊n/2⌋+1}..v_n),
-          where a claim about where training goes (entropy kept, lengths grown) shows.
+          where a claim about where training goes (entropy kept, lengths grown) shows;
+    final the last one (for a held-out measure, `eval/...`: the evaluation after training;
+          the evidence table passes evaluation rows at the step they describe).
 
     Returns None when no step logged the key."""
     key: str
@@ -59,11 +61,13 @@ class Quantity:
             return None
         if self.reduce == "late":
             v = v[len(v) // 2:]
+        elif self.reduce == "final":
+            v = v[-1:]
         return sum(v) / len(v)
 
     @property
     def label(self) -> str:
-        return f"{'mean' if self.reduce == 'mean' else 'late-half mean'} of `{self.key}`"
+        return f"{ {'mean': 'mean', 'late': 'late-half mean', 'final': 'final value'}[self.reduce]} of `{self.key}`"
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ TASKS: dict[str, dict] = {
     "stale1": {"rollout": {"staleness": 1}},
     "stale1-int4": {"rollout": {"staleness": 1, "engine_dtype": "int4"}},
     "own": {},
+    # the method's own task, evaluated at the rollout's low temperature (the stated-confidence format
+    # appears at T = 0.3, rarely at T = 1)
+    "own-eval-t0.3": {"eval": {"temperature": 0.3}},
 }
 
 _ENTROPY = Quantity("policy/entropy", "late")
@@ -149,6 +156,11 @@ _SIGNAL = ("{what} gives groups a learning signal where the model alone fails ev
            "groups (all rewards equal, zero advantage) than {control}")
 _SELF = ("{what} raises the training accuracy (gold, which its reward never sees) above the no-update control "
          "on the same prompts")
+# TTPO's and Probe-ERPO's training steps never read gold (tests/methods/test_testtime_gold.py): their
+# claim is measured where gold is read, by the held-out evaluator after training
+_SELF_HELD = ("{what} raises the held-out accuracy after training (the evaluator's gold, which no training step "
+              "reads) above the no-update control on the same prompts")
+_HELD_OUT = Quantity("eval/accuracy", "final")
 _RETENTION = ("needs a retention probe: the quantity (NLL on held-back data, or the drift of the protected "
               "subspace) is logged by the method's own stage only, so the control (the method's mechanism off, ")
 _CRITIC = ("needs a longer horizon: in a handful of steps the critic is barely trained (value pretraining and GAE "
@@ -256,17 +268,17 @@ MECHANISMS: dict[str, Mechanism] = {m.method: m for m in (
        control={"speed_weight": 0.0}),
     _m("tlm_dre", _FASTER.format(what="turn weights from the reference's log-probs on two-turn dialogues"),
        task="own", quantity=_REWARD, control="grpo"),
-    _m("rlcr", "the Brier term makes the stated confidence calibrated (lower Brier than a correctness-only reward)",
-       task="own", not_measurable_here="the control (correctness-only reward: GRPO on the confidence task) logs no "
-       "calibration, because only RLCR's reward stage parses the confidence; it needs a held-out calibration probe "
-       "that parses both arms' replies from their final checkpoints (not built), and at this size 3 of 16 replies "
-       "state a parseable confidence (benchmarks/results/methods_real_rich_rewards_followable_prompts.md)"),
+    _m("rlcr", "the Brier term makes the stated confidence calibrated: a lower held-out Brier score of the stated "
+       "confidence than the same task trained for correctness only (GRPO with the task's verifier), both arms' "
+       "replies parsed by the same parser after training (replies without a parseable confidence are left out of "
+       "the score and counted in `eval/confidence/parsed_frac`)",
+       task="own-eval-t0.3", quantity=Quantity("eval/confidence/brier", "final"), direction=-1, control="grpo"),
     # --- self-labelling / test-time ----------------------------------------------------------------------
     _m("ttrl", _SELF.format(what="majority-vote pseudo-labels"), quantity=_ACCURACY, control={},
        control_run=_NO_UPDATE),
-    _m("ttpo", _SELF.format(what="self-distillation on agreeing replies and RL on dissenting ones"),
-       quantity=_ACCURACY, control={}, control_run=_NO_UPDATE),
-    _m("probe_erpo", _SELF.format(what="probe-consistency gated reinforcement"), quantity=_ACCURACY, control={},
+    _m("ttpo", _SELF_HELD.format(what="self-distillation on agreeing replies and RL on dissenting ones"),
+       quantity=_HELD_OUT, control={}, control_run=_NO_UPDATE),
+    _m("probe_erpo", _SELF_HELD.format(what="probe-consistency gated reinforcement"), quantity=_HELD_OUT, control={},
        control_run=_NO_UPDATE),
     _m("tasco", "tuning a soft prefix to minimize entropy plus a stability divergence lowers the token entropy "
        "below the no-update control", quantity=_ENTROPY, direction=-1, control={}, control_run=_NO_UPDATE),

@@ -20,7 +20,8 @@ ROLE_FIELDS = ("logp_old", "logp_ref", "values", "logp_current")
 CAPABILITIES = {
     "rollout.greedy": "greedy decoding of prompts (e.g. ReMax's baseline, probes, retention answers)",
     "worker.logprobs_at": "the current policy's log-probs of given candidate ids at every response position",
-    "worker.vocab_stats": "full-vocabulary entropy (and KL to the reference) at every response position",
+    "worker.vocab_stats": "full-vocabulary entropy at every response position",
+    "worker.vocab_kl": "full-vocabulary KL to the reference at every response position (vocab_stats(kl_to_reference=True))",
     "worker.prompt_logprobs": "a role's log-probs of the prompt tokens",
     "worker.continuation_logprobs": "the policy's log-probability of a continuation after each reply",
 }
@@ -78,6 +79,10 @@ class Stage:
               optimizer step over that mask)
     needs     optional backend calls the stage makes (names from CAPABILITIES); the
               stage's context exposes only these beyond the core calls
+    learner   model stages: True when the stage changes the learner itself (wraps,
+              freezes or re-parameterizes its weights), False when it builds a frozen
+              companion another stage uses (a peer, teachers, a reward model); an engine
+              hosting the method must then run it on its own actor model
     """
 
     kind: str
@@ -93,12 +98,16 @@ class Stage:
     term_mask: Callable | None = None
     term_aggregation: str | None = None
     needs: tuple[str, ...] = ()
+    learner: bool = False
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
             raise ValueError(f"stage kind must be one of {STAGE_KINDS}, got {self.kind!r}")
         if self.row_coupling not in ("none", "group"):
             raise ValueError(f"row_coupling must be 'none' or 'group', got {self.row_coupling!r}")
+        if self.learner and self.kind != "model":
+            raise ValueError(f"learner=True is for model stages; stage {self.name or self.fn.__name__!r} is a "
+                             f"{self.kind} stage (grad and poststep stages change the learner by their kind)")
         if not self.name:
             object.__setattr__(self, "name", getattr(self.fn, "__name__", "stage").lstrip("_"))
         unknown = [c for c in self.needs if c not in CAPABILITIES]

@@ -113,33 +113,32 @@ class Process:
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 
+    def _read_waiting(self) -> bytes | None:
+        """One non-blocking read of the answer pipe: the bytes waiting (b"" at its end), or
+        None when nothing is waiting."""
+        r, _, _ = select.select([self.resp], [], [], 0)
+        return os.read(self.resp, 1 << 16) if r else None
+
     def _unsolicited(self) -> bool:
         """Did the child write before it was asked (an answer nobody requested)?"""
         if self._buf:
             return True
-        r, _, _ = select.select([self.resp], [], [], 0)
-        if r:
-            chunk = os.read(self.resp, 1 << 16)
+        chunk = self._read_waiting()
+        if chunk:
             self._buf += chunk
-            return bool(chunk)
-        return False
+        return bool(chunk)
 
     def _answers_left(self) -> bool:
         """After the child ended: is anything left on the answer pipe that no request asked for?"""
         if self._buf.strip():
             return True
-        while True:
-            r, _, _ = select.select([self.resp], [], [], 0)
-            if not r:
-                return False
-            try:
-                chunk = os.read(self.resp, 1 << 16)
-            except OSError:
-                return False
-            if not chunk:
-                return False
-            if chunk.strip():
-                return True
+        try:
+            while chunk := self._read_waiting():
+                if chunk.strip():
+                    return True
+        except OSError:
+            pass
+        return False
 
     def request(self, obj: dict) -> Any:
         """Write one request, read one answer (parsed JSON); None when the session failed."""

@@ -34,6 +34,26 @@ class ConfidenceTask:
     def heldout(self, n: int, *, repeat: bool = False) -> list[Example]:
         return [self.wrap(e) for e in self.arith.heldout(n, repeat=repeat)]
 
+    @staticmethod
+    def heldout_metrics(replies: list[str], correct: list[bool]) -> dict:
+        """How well the stated confidence of held-out replies matches their correctness, whatever
+        the method that trained the model (a correctness-only run is measured the same way):
+        `confidence/parsed_frac`, the fraction of replies with a parseable confidence in [0, 1]
+        (the RLCR parser: `kernels.rewards.calibration.parse_confidence`), and over those only
+        `confidence/brier` = mean (q − 1[correct])² and `confidence/mean`; the last two are absent
+        when no reply states one (never a made-up value)."""
+        from policylab.kernels.rewards.calibration import parse_confidence
+
+        if len(replies) != len(correct):
+            raise ValueError(f"{len(replies)} replies but {len(correct)} correctness flags")
+        qs = [(parse_confidence(r).q, bool(c)) for r, c in zip(replies, correct)]
+        parsed = [(q, c) for q, c in qs if q is not None]
+        out = {"confidence/parsed_frac": len(parsed) / len(qs) if qs else 0.0, "confidence/parsed": len(parsed)}
+        if parsed:
+            out["confidence/brier"] = sum((q - float(c)) ** 2 for q, c in parsed) / len(parsed)
+            out["confidence/mean"] = sum(q for q, _ in parsed) / len(parsed)
+        return out
+
     def heldout_size(self):
         return self.arith.heldout_size()
 

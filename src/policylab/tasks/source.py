@@ -24,6 +24,9 @@ class TaskSource:
     # a reply the verifier must accept for an example (a sanity check of the verifier before a
     # comparison measures a base accuracy); None: the gold answer text itself is such a reply
     reference_reply: Callable[[object], str] | None = None
+    # the task's own held-out measures: (replies, correct flags) -> {name: number}, logged with
+    # the evaluation (eval/<name>); None: accuracy, pass@k and length only
+    heldout_metrics: Callable[[list, list], dict] | None = None
 
 
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -135,7 +138,7 @@ def _more_tasks(cfg: TaskConfig, reward_name: str, seed: int) -> TaskSource:
         desc = (f"draws from stated distributions: {len(t.train)} train / {t.heldout_size()} held-out prompts "
                 f"(class mapper {cfg.class_mapper})")
     return TaskSource(t.train_prompts, lambda n: t.heldout(n, repeat=True), reward, t.state_dict,
-                      t.load_state_dict, desc, getattr(t, "reference_reply", None))
+                      t.load_state_dict, desc, getattr(t, "reference_reply", None), getattr(t, "heldout_metrics", None))
 
 
 def build_task(cfg: TaskConfig, *, seed: int) -> TaskSource:

@@ -349,7 +349,8 @@ class Trainer:
         res = evaluate(self.engine, prompts, [x.answer for x in examples], self.task.reward_fn,
                        samples=e.samples, k=tuple(e.k), temperature=e.temperature,
                        max_new_tokens=e.max_new_tokens, batch_size=e.batch_size, seed=self.cfg.seed + 999,
-                       prompt_texts=[x.prompt for x in examples])
+                       prompt_texts=[x.prompt for x in examples],
+                       task_metrics=getattr(self.task, "heldout_metrics", None))
         self.model.train()
         res["label"] = label
         return res

@@ -43,7 +43,7 @@ def summary(trainer: Trainer) -> str:
         f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
         f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
         f"old logp   {'recomputed by the trainer' if trainer.needs_old_pass() else 'same forward (single on-policy update: ratio exactly 1)'}",
-        f"params     " + ", ".join(f"{k}={v}" for k, v in p.items()),
+        "params     " + ", ".join(f"{k}={v}" for k, v in p.items()),
         f"run dir    {cfg.run_dir}",
     ]
     return "\n".join(lines)

@@ -41,6 +41,10 @@ def _read_state(r: PlannedRun) -> str | None:
     except ConfigError as exc:
         return f"{d}: {exc}"
     planned = r.cfg.to_dict()
+    # where the run lives is the directory it was found in: a run directory moved or copied
+    # (another checkout, restored logs) is the same run
+    recorded.pop("run_dir", None)
+    planned.pop("run_dir", None)
     if recorded != planned:
         a, b = flatten(recorded), flatten(planned)
         diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

@@ -6,6 +6,7 @@ steps). Written as evidence.json and evidence.md."""
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -15,11 +16,13 @@ from policylab.experiments.compare.report import machine
 from policylab.experiments.compare.results import run_result
 from policylab.experiments.compare.states import read_json
 from policylab.experiments.evidence.verdict import (
+    MIN_SEEDS_FOR_CLAIM,
     NOT_MEASURABLE,
     NOT_RUN,
     REFUSED,
     mean_se,
     paired,
+    t_crit,
     verdict,
 )
 
@@ -36,6 +39,10 @@ def _finished(arm, seed: int):
         warnings.simplefilter("ignore")
         records = read_records(d / "metrics.jsonl")
     rows = read_metrics(d / "metrics.jsonl", records)
+    # held-out evaluations, at the step they describe (after the step rows of that step): the
+    # quantities of held-out measures (eval/...) read them, the others never see their keys
+    rows += [{**{k: v for k, v in rec.items() if k.startswith("eval/")}, "step": rec["at_step"]}
+             for rec in records if rec.get("event") == "eval" and isinstance(rec.get("at_step"), int)]
     from types import SimpleNamespace
 
     res = run_result(SimpleNamespace(label=arm.label, method=arm.method, seed=seed, run_dir=d))
@@ -99,6 +106,46 @@ def _capability(got: dict) -> dict:
     return out
 
 
+REFERENCE = "grpo"  # the capability reference: plain GRPO at its defaults, on the same prompts
+
+
+def capability_rows(arms: dict, settings) -> list[dict]:
+    """Held-out accuracy of every method arm against plain GRPO run on the same task, prompts
+    and budget (the GRPO run of the same shared-run group, whichever mechanism it was run
+    for), paired by seed: both means ± s.e., the paired difference with its 95% t interval,
+    the seeds a difference of that size and spread would need, and what each side spent
+    (sampled tokens, optimizer steps). Only seeds where both runs finished count; a method
+    whose task has no GRPO run here has no row."""
+    reference = {}
+    for pair in arms.values():
+        for a in pair:
+            if a.method == REFERENCE and a.label == REFERENCE:
+                reference[a.group] = a
+    rows, seen = [], set()
+    for name, (m_arm, _) in sorted(arms.items()):
+        ref = reference.get(m_arm.group)
+        if name == REFERENCE or ref is None or (m_arm.group, m_arm.label) in seen:
+            continue
+        seen.add((m_arm.group, m_arm.label))
+        got = {s: (_finished(m_arm, s), _finished(ref, s)) for s in settings.seeds}
+        done = {s: v for s, v in got.items() if v[0] is not None and v[1] is not None}
+        if not done:
+            continue
+        cap = _capability(done)
+        pa = cap["paired_accuracy"]
+        row = {"method": name, "label": m_arm.label, "task_group": m_arm.group, "seeds": sorted(done),
+               "method_accuracy": cap["method"]["final_accuracy"], "grpo_accuracy": cap["control"]["final_accuracy"],
+               "base_accuracy": cap["method"]["base_accuracy"], "difference": pa.get("difference"),
+               "difference_se": pa.get("difference_se"), "t": pa.get("t"), "seeds_needed": pa.get("seeds_needed"),
+               "interval": None, "sampled_tokens": [cap["method"]["sampled_tokens"], cap["control"]["sampled_tokens"]],
+               "optimizer_steps": [cap["method"]["optimizer_steps"], cap["control"]["optimizer_steps"]]}
+        if pa.get("difference_se") is not None:
+            half = t_crit(pa["n"] - 1) * pa["difference_se"]
+            row["interval"] = [pa["difference"] - half, pa["difference"] + half]
+        rows.append(row)
+    return rows
+
+
 def build_table(mechs, refused: dict, settings, commands: list[str]) -> dict:
     """The table of `mechs` from the runs on disk under settings.out_dir (whichever
     invocation ran them); `refused`: method -> why its arms could not run."""
@@ -112,12 +159,14 @@ def build_table(mechs, refused: dict, settings, commands: list[str]) -> dict:
             except PolicylabError as exc:  # e.g. a --set its run cannot take: its row says so
                 refused = {**refused, m.method: f"{type(exc).__name__}: {exc}"}
     rows = [mechanism_row(m, arms, refused, settings) for m in mechs]
+    capability = capability_rows(arms, settings)
     cost = _cost(arms, rows, settings)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     return {"commands": list(commands), "settings": settings.describe(), "seeds": list(settings.seeds),
             "steps": settings.steps, "model": settings.model, "counts": counts, "cost": cost, "rows": rows,
+            "capability": capability,
             "machine": machine(), "written": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -177,7 +226,30 @@ def to_markdown(table: dict) -> str:
         verdict_text = f"**{r['verdict']}**: {r['why']}"
         lines.append(f"| `{r['method']}` | {sig} | {_pm(m)} | {_pm(c)} | {_pm(d)} | {_num(st.get('seeds_needed'), '{}')} | "
                      f"{verdict_text} | {held} | {toks} |")
+    lines += capability_markdown(table.get("capability") or [], table.get("steps"))
     return "\n".join(lines) + "\n"
+
+
+def capability_markdown(rows: list[dict], steps) -> list[str]:
+    if not rows:
+        return []
+    out = ["", "## Held-out accuracy against GRPO on the same prompts", "",
+           f"Every method arm beside the plain-GRPO run of its task (same prompts per seed, same {steps} rollout "
+           "steps), final held-out accuracy sampled at T = 1, mean ± s.e. over seeds; the paired difference with its "
+           "95% t interval over the seed differences; *seeds needed*: seeds for a difference of this size and "
+           "spread to reach |t| ≈ 1.96. What a handful of steps reached at this size, not the method's capability "
+           "at its paper's scale.", "",
+           "| method | seeds | held-out: method | GRPO | difference (95% interval) | seeds needed | sampled tokens: "
+           "method / GRPO | optimizer steps: method / GRPO |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        diff = "-" if r["difference"] is None else f"{r['difference']:+.1%}"
+        if r["interval"]:
+            diff = f"{r['difference']:+.1%} ± {r['difference_se']:.1%} [{r['interval'][0]:+.1%}, {r['interval'][1]:+.1%}]"
+        out.append(f"| `{r['label']}` | {len(r['seeds'])} | {_pm(r['method_accuracy'], '{:.1%}')} | "
+                   f"{_pm(r['grpo_accuracy'], '{:.1%}')} | {diff} | {_num(r['seeds_needed'], '{}')} | "
+                   f"{r['sampled_tokens'][0]:.0f} / {r['sampled_tokens'][1]:.0f} | "
+                   f"{r['optimizer_steps'][0]:.0f} / {r['optimizer_steps'][1]:.0f} |")
+    return out
 
 
 def _cost_line(c: dict) -> str:
@@ -205,8 +277,8 @@ def card_text(row: dict) -> str | None:
         reason = row["why"].split("nothing was run: ", 1)[-1]
         cut = min((i for i in (reason.find(": "), reason.find("; ")) if i > 0), default=len(reason))
         return f"refused on its task: {reason[:cut]} ({where})"
-    if "stats" not in row:
-        return f"{v}: {row['why'][:200]} ({where})"
+    if "stats" not in row:  # measurable, but the runs never logged the quantity
+        return f"{v}: the runs never logged `{row['quantity'].split('`')[1]}` as a finite number at this size and budget ({where})"
     st = row["stats"]
     se = f" ± {st['difference_se']:.3g}" if st.get("difference_se") is not None else ""
     if st["n"] < 2:
@@ -218,3 +290,52 @@ def card_text(row: dict) -> str | None:
 def card_texts(table: dict) -> dict[str, str]:
     """method -> card_text of every row that has one."""
     return {r["method"]: t for r in table["rows"] if (t := card_text(r)) is not None}
+
+
+def capability_card_text(row: dict, steps) -> str:
+    """The capability level a card states for one row of the table's GRPO comparison."""
+    n = len(row["seeds"])
+    m, g = row["method_accuracy"]["mean"], row["grpo_accuracy"]["mean"]
+    head = (f"held-out accuracy after {steps} rollout steps on its evidence task, {n} seed{'s' if n > 1 else ''}: "
+            f"{m:.1%} vs GRPO's {g:.1%} on the same prompts")
+    where = "(benchmarks/results/evidence.md)"
+    if row.get("interval") is None:
+        return f"{head}, difference {row['difference']:+.1%}; one seed so far, no claim {where}"
+    lo, hi = row["interval"]
+    sig = "significant" if lo > 0 or hi < 0 else "not significant"
+    if n < MIN_SEEDS_FOR_CLAIM and sig == "significant":  # two seeds agreeing exactly by chance: no claim
+        sig = "too few seeds for a claim"
+    need = f"; about {row['seeds_needed']} seeds would make a difference of this size significant" \
+        if row.get("seeds_needed") and sig == "not significant" else ""
+    return (f"{head}, difference {row['difference']:+.1%} ± {row['difference_se']:.1%} (95% interval "
+            f"[{lo:+.1%}, {hi:+.1%}], {sig}){need} {where}")
+
+
+def capability_texts(table: dict) -> dict[str, str]:
+    """method -> capability_card_text of every method with a GRPO comparison."""
+    return {r["method"]: capability_card_text(r, table.get("steps")) for r in table.get("capability") or []}
+
+
+def levels_module(table: dict) -> str:
+    """The source of policylab/methods/evidence_levels.py: the card levels from this table."""
+    def block(name: str, d: dict) -> list[str]:
+        out = [f"{name}: dict[str, str] = {{"]
+        for k in sorted(d):
+            out.append(f"    {k!r}:")
+            text = d[k]
+            pieces = textwrap.wrap(text, 90, drop_whitespace=False, replace_whitespace=False,
+                                   break_long_words=False, break_on_hyphens=False) or [""]
+            assert "".join(pieces) == text
+            out += [f"        {p!r}" for p in pieces[:-1]] + [f"        {pieces[-1]!r},"]
+        return out + ["}"]
+
+    return "\n".join([
+        '"""Generated from benchmarks/results/evidence.json by scripts/update_evidence_levels.py: do not edit.',
+        "",
+        "The mechanism and capability levels the cards state (policylab.methods.evidence.levels).",
+        '"""',
+        "",
+        *block("MECHANISM", card_texts(table)),
+        "",
+        *block("CAPABILITY_RUNS", capability_texts(table)),
+        ""])

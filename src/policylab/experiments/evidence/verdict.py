@@ -13,6 +13,9 @@ OBSERVED, NOT_OBSERVED, NOT_MEASURABLE, NOT_RUN, REFUSED = (
     "observed", "not observed", "not measurable here", "not run", "refused")
 
 
+MIN_SEEDS_FOR_CLAIM = 3
+
+
 def t_crit(df: int) -> float:
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
@@ -63,6 +66,11 @@ def verdict(stats: dict, direction: int) -> tuple[str, str]:
     crit = t_crit(n - 1)
     want = "larger" if direction > 0 else "smaller"
     if mean * direction > 0 and abs(t) >= crit:
+        if n < MIN_SEEDS_FOR_CLAIM:
+            # two seeds of a coarse quantity (a reward mean over 16 samples) agree exactly by chance
+            # often enough: their s.e. of 0 makes |t| infinite; no claim below three seeds
+            return NOT_OBSERVED, (f"in the claimed direction, |t| = {abs(t):.2f} >= {crit:.2f}, but {n} seeds are too "
+                                  f"few for a claim (at least {MIN_SEEDS_FOR_CLAIM})")
         return OBSERVED, f"the method's value is {want}: |t| = {abs(t):.2f} >= {crit:.2f} ({n} seeds)"
     if mean * direction < 0 and abs(t) >= crit:
         return NOT_OBSERVED, (f"significant in the opposite direction: |t| = {abs(t):.2f} >= {crit:.2f} ({n} seeds)")

@@ -40,6 +40,14 @@ ENGINE = hosting.Engine(
     row_sources={"demonstrations": "a demonstrator's replies", "gold_injection": "gold answers",
                  "expert_prefix": "expert prefixes continued by the policy", "peer_exchange": "a peer's rollouts",
                  "external": "an external policy's rollouts", "hinted": "replies sampled under hinted prompts"},
+    own_rows={"multi_turn": "verl's multi-turn rollout (actor_rollout_ref.rollout.multi_turn.enable=True: each "
+                            "response holds the policy's turns with the other side's messages between them, "
+                            "response_mask 0 on those), with each response token's turn index (0, 1, ...; -1 off "
+                            "the policy's turns) as the column policylab.extras.turn_ids [B, T]"},
+    worker_passes={"worker.vocab_stats": "verl's old-logprob pass keeps its full-vocabulary entropy (at the weights "
+                                         "the round starts from, under the rollout temperature): the trainer subclass's "
+                                         "_compute_old_log_prob returns policylab.integrations.verl.rounds."
+                                         "keep_entropy(old_log_prob) (verl's own drops `entropys` before the union)"},
     extension_loss_fields={"entropy": "actor_rollout_ref.actor.calculate_entropy=True (verl passes its entropy to "
                                       "the loss)"},
 )

@@ -54,6 +54,19 @@ def loss_fn(config, model_output, data, dp_group=None):
         _MICRO.reset(token)
 
 
+def keep_entropy(old_log_prob):
+    """verl's old-logprob pass output (`RayPPOTrainer._compute_old_log_prob`'s DataProto)
+    with its full-vocabulary entropy ``entropys`` kept as the column
+    ``policylab.extras.worker_entropy``, which the round extension serves to a round stage
+    asking for the entropy at the round's start (STARE). verl's trainer pops ``entropys``
+    after logging it; this copy goes through the union into the batch. Returns it."""
+    if "entropys" not in old_log_prob.batch.keys():
+        raise PolicylabError("verl's old-logprob output has no `entropys` (its _compute_old_log_prob computes them "
+                             "with calculate_entropy=True)")
+    old_log_prob.batch[rounds.PREFIX + "extras." + rounds.ENTROPY] = old_log_prob.batch["entropys"].clone()
+    return old_log_prob
+
+
 def _columns_in(data) -> dict:
     cols = {k: v for k, v in data.batch.items() if k.startswith(rounds.PREFIX)}
     for k, v in data.non_tensor_batch.items():
@@ -105,7 +118,7 @@ def compute_advantage(data, method: str, params: dict | None = None, *, rollout_
     state = state if state is not None else _STATE.setdefault(m.name, m.state_objects(0))
     batch = batch_of(data, batch_id=f"verl-step{step}", step=step)
     batch, A, metrics = rounds.run_round(m, batch, state, RunShape(group_size=rollout_n or 1, epochs=epochs),
-                                         policy_version=step)
+                                         policy_version=step, engine="verl")
     mask = batch.loss_mask
     adv = A.adv.unsqueeze(-1).expand(mask.shape) if A.adv.dim() == 1 else A.adv
     adv = torch.where(mask, adv, torch.zeros((), dtype=adv.dtype))
@@ -121,4 +134,4 @@ def compute_advantage(data, method: str, params: dict | None = None, *, rollout_
     return data
 
 
-__all__ = ["batch_of", "compute_advantage", "loss_fn", "micro_batch"]
+__all__ = ["batch_of", "compute_advantage", "keep_entropy", "loss_fn", "micro_batch"]

@@ -155,7 +155,7 @@ def gcpo_reproject(model: nn.Module, ctx) -> dict:
     return {"gcpo/overlap_before_projection/max": drift, "gcpo/overlap/max": after}
 
 
-GCPO_SETUP = Stage("model", gcpo_setup, kernels=(geo.principal_frames, geo.project_lora_factors),
+GCPO_SETUP = Stage("model", gcpo_setup, learner=True, kernels=(geo.principal_frames, geo.project_lora_factors),
                    params=("protected_rank",))
 GCPO_GRADS = Stage("grad", gcpo_project_grads, kernels=(geo.bilateral_complement,), params=("project_gradients",),
                    active=lambda p: p.project_gradients)
@@ -220,7 +220,7 @@ def iso_retract(model: nn.Module, ctx) -> dict:
     return out
 
 
-ISO_SETUP = Stage("model", iso_setup, kernels=(geo.FixedSpectrumLinear.from_linear,), params=("iso_targets",))
+ISO_SETUP = Stage("model", iso_setup, learner=True, kernels=(geo.FixedSpectrumLinear.from_linear,), params=("iso_targets",))
 ISO_RETRACT = Stage("poststep", iso_retract, kernels=(geo.polar_retraction, geo.qr_retraction),
                     params=("retraction",))
 

@@ -71,7 +71,7 @@ CONSPO_ROUND = Stage("round", conspo_round, kernels=(conspo_k.margin_at, conspo_
                      reads=("outcome.correct",), writes=("extras.conspo_margin", "extras.conspo_row_scale"))
 
 
-ZCPO_DRIFT = Stage("round", zcpo_drift, needs=("worker.vocab_stats",), kernels=(zcpo_k.full_vocab_kl,), reads=("logp_ref",),
+ZCPO_DRIFT = Stage("round", zcpo_drift, needs=("worker.vocab_stats", "worker.vocab_kl"), kernels=(zcpo_k.full_vocab_kl,), reads=("logp_ref",),
                    writes=("extras.zcpo_kl",))
 
 

@@ -120,7 +120,7 @@ def redraw_perturbations(model, ctx: StageContext) -> dict:
     return {"tasco/prefix_norm": float(model.embedding.prefix.detach().norm())}
 
 
-SOFT_PREFIX = Stage("model", soft_prefix, kernels=(attach_prefix,),
+SOFT_PREFIX = Stage("model", soft_prefix, learner=True, kernels=(attach_prefix,),
                     params=("tasco_init_text", "tasco_perturbations", "tasco_sigma"))
 TASCO_SOURCE = Stage("source", tasco_source, params=("tasco_perturbations",),
                      writes=("tokens", "loss_mask", "logp_behavior", "group", "policy_version", "source",
