@@ -251,7 +251,7 @@ def test_a_run_directory_made_with_another_config_is_refused(tmp_path, small_mod
     # done there, not refused for the run_dir their config recorded
     import shutil
 
-    data["run"]["train"]["lr"] = config(tmp_path, tiny_model_dir, methods=("grpo",))["run"]["train"]["lr"]
+    data["run"]["train"]["lr"] = config(tmp_path, small_model_dir, methods=("grpo",))["run"]["train"]["lr"]
     shutil.copytree(data["out_dir"], tmp_path / "moved")
     data["out_dir"] = str(tmp_path / "moved")
     assert [r.state for r in load_plan(write(tmp_path, data)).runs] == ["done"]
