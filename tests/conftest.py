@@ -126,8 +126,9 @@ def small_model_dir(tmp_path_factory, small_tokenizer):
 
 
 @pytest.fixture(scope="session")
-def prepared_dir(tmp_path_factory, tiny_model_dir):
-    """Where `exercise_settings(..., model=tiny_model_dir, workdir=prepared_dir)` puts what a
-    method needs made first (RFPO's frozen critic): made once per session and reused
-    (`exercise._prepare_rfpo` keeps a critic whose critic.json exists). Read only."""
-    return tmp_path_factory.mktemp("prepared")
+def small_prepared_dir(tmp_path_factory, small_model_dir):
+    """Where `exercise_settings(..., model=small_model_dir, workdir=small_prepared_dir)` puts
+    what a method needs made first (RFPO's frozen critic): made once per session and reused
+    (`exercise._prepare_rfpo` keeps a critic whose critic.json exists, whatever model it was
+    trained for: so one such directory per model). Read only."""
+    return tmp_path_factory.mktemp("small-prepared")
