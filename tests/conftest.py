@@ -50,6 +50,24 @@ def _trainer_threads_as_recorded(request, monkeypatch):
     yield
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test (and its function fixtures' teardown): collect that test's cyclic
+    garbage, then move everything still alive to the garbage collector's permanent
+    generation (`gc.freeze`). What is alive between tests (torch, transformers and the other
+    imports, the collected items, session fixtures, caches) is then not walked again by
+    every later collection: each `Trainer` starts with a full `gc.collect()`
+    (`runtime.reset_peak_memory`, ~0.1-0.3 s over a worker's heap, hundreds of trainers per
+    worker) and the collector's own full passes walk the whole heap too. The whole suite:
+    1059 -> 773 CPU s. A test's own objects are collected as before; what a module or
+    session fixture holds, once frozen, is freed by reference counting only (a cycle among
+    such objects stays until the worker ends)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def policylab_cache(tmp_path_factory):
     """The cache root the test session uses (see the module docstring)."""

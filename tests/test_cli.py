@@ -92,7 +92,8 @@ def test_kill_9_then_resume_completes(small_model_dir, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = latest.read_text().strip()
-    res = cli_inprocess("resume", str(run), "--set", "train.steps=6", "--allow-imports")  # the kill is the subprocess's
+    # the kill is the subprocess's point; the resume after it runs in process
+    res = cli_inprocess("resume", str(run), "--set", "train.steps=6", "--allow-imports")
     assert res.returncode == 0, res.stderr[-3000:]
     assert latest.read_text().strip() == "step_000006"
     text = (run / "metrics.jsonl").read_text()

@@ -30,7 +30,7 @@ import pytest
 import torch
 import yaml
 
-from cli_utils import assert_one_clear_error, cli, fingerprint, popen, write_config
+from cli_utils import assert_one_clear_error, cli, cli_inprocess, fingerprint, popen, write_config
 
 
 def run_cli(capsys, *args) -> tuple[int, str]:
@@ -329,7 +329,9 @@ def test_sigterm_during_train_says_what_is_intact(small_model_dir, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("policylab: terminated (SIGTERM) at step "), err[-2000:]
     assert "last checkpoint: step_" in lines[0] and f"`policylab resume {run} --allow-imports`" in lines[0]
     assert not (run / ".policylab.lock").exists()
-    res = cli("resume", run, "--allow-imports", "--set", "train.steps=" + str(int(latest.read_text()[5:]) + 1))
+    # the signal is the subprocess's point; the resume after it runs in process
+    res = cli_inprocess("resume", run, "--allow-imports", "--set",
+                        "train.steps=" + str(int(latest.read_text()[5:]) + 1))
     assert res.returncode == 0, res.stderr[-2000:]
 
 
