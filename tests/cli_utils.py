@@ -34,23 +34,30 @@ def cli(*args, cwd=None, timeout=300, fault=None, **extra_env):
     return subprocess.run(cmd, capture_output=True, text=True, env=env(**extra_env), cwd=cwd, timeout=timeout)
 
 
-def cli_inprocess(*args):
+def cli_inprocess(*args, cwd=None, **extra_env):
     """`policylab ARGS` run in this process through `policylab.cli.main` (no new
     interpreter, no second torch import: for tests where the subprocess is not the point;
-    crashes, signals and fault injection keep `cli`). Returns a CompletedProcess with the
-    exit code and the captured output; the process-wide state the CLI sets (signal
-    handlers, warnings.showwarning, the working directory, the environment) is restored."""
+    crashes, signals, fault injection and a PYTHONPATH of the test's own keep `cli`).
+    `cwd` and `extra_env` as for `cli` (the environment as `env` makes it). Returns a
+    CompletedProcess with the exit code and the captured output; the process-wide state
+    the CLI sets (signal handlers, warnings.showwarning, the working directory, the
+    environment) is restored."""
     import contextlib
     import io
     import warnings
 
     from policylab import cli as policylab_cli
 
+    assert "PYTHONPATH" not in extra_env, "a PYTHONPATH of its own needs a new interpreter: use cli()"
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    show, cwd, environ = warnings.showwarning, os.getcwd(), dict(os.environ)
+    show, here, environ = warnings.showwarning, os.getcwd(), dict(os.environ)
     try:
+        os.environ.pop("POLICYLAB_MEM_AVAILABLE", None)
+        os.environ.update({k: str(v) for k, v in extra_env.items()})
+        if cwd is not None:
+            os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 rc = policylab_cli.main(argv)
@@ -61,7 +68,7 @@ def cli_inprocess(*args):
             signal.signal(s, h)
         warnings.showwarning = show
         policylab_cli._default_showwarning = None
-        os.chdir(cwd)
+        os.chdir(here)
         os.environ.clear()
         os.environ.update(environ)
     return subprocess.CompletedProcess(["policylab", *argv], int(rc or 0), out.getvalue(), err.getvalue())

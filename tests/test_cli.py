@@ -1,4 +1,6 @@
-"""The command line as a user runs it: subprocesses with a two-step budget."""
+"""The command line as a user runs it, with a two-step budget: a fresh `python -m policylab.cli`
+for a whole train + eval and for kill -9 + resume; the refusals and the methods table through
+policylab.cli.main in the test's process (`cli_inprocess`: the same exit code and output)."""
 
 import json
 import os
@@ -9,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from cli_utils import cli_inprocess
 
 TESTS = Path(__file__).parent
 
@@ -41,9 +45,9 @@ log: {{tensorboard: false, progress: false, plot_every: 1}}
     return path
 
 
-def test_two_step_train_writes_a_complete_run(tiny_model_dir, tmp_path):
+def test_two_step_train_writes_a_complete_run(small_model_dir, tmp_path):
     run = tmp_path / "run"
-    cfg = _write_config(tmp_path / "c.yaml", tiny_model_dir, run)
+    cfg = _write_config(tmp_path / "c.yaml", small_model_dir, run)
     res = _cli("train", str(cfg))
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
@@ -63,19 +67,19 @@ def test_two_step_train_writes_a_complete_run(tiny_model_dir, tmp_path):
     assert 0.0 <= both["trained"]["accuracy"] <= 1.0 and "pass@1" in both["trained"]
 
 
-def test_existing_run_is_not_overwritten(tiny_model_dir, tmp_path):
+def test_existing_run_is_not_overwritten(small_model_dir, tmp_path):
     run = tmp_path / "run"
-    cfg = _write_config(tmp_path / "c.yaml", tiny_model_dir, run, extra="")
-    assert _cli("train", str(cfg), "--set", "eval.n=0").returncode == 0
+    cfg = _write_config(tmp_path / "c.yaml", small_model_dir, run, extra="")
+    assert cli_inprocess("train", str(cfg), "--set", "eval.n=0").returncode == 0
     before = (run / "metrics.jsonl").read_text()
-    res = _cli("train", str(cfg))
+    res = cli_inprocess("train", str(cfg))
     assert res.returncode == 2 and "policylab resume" in res.stderr
     assert (run / "metrics.jsonl").read_text() == before
 
 
-def test_kill_9_then_resume_completes(tiny_model_dir, tmp_path):
+def test_kill_9_then_resume_completes(small_model_dir, tmp_path):
     run = tmp_path / "run"
-    cfg = _write_config(tmp_path / "c.yaml", tiny_model_dir, run, steps=40,
+    cfg = _write_config(tmp_path / "c.yaml", small_model_dir, run, steps=40,
                         extra="")
     proc = subprocess.Popen([sys.executable, "-m", "policylab.cli", "train", str(cfg), "--set", "log.checkpoint_every=1",
                              "--set", "eval.n=0"], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -88,7 +92,8 @@ def test_kill_9_then_resume_completes(tiny_model_dir, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = latest.read_text().strip()
-    res = _cli("resume", str(run), "--set", "train.steps=6", "--allow-imports")
+    # the kill is the subprocess's point; the resume after it runs in process
+    res = cli_inprocess("resume", str(run), "--set", "train.steps=6", "--allow-imports")
     assert res.returncode == 0, res.stderr[-3000:]
     assert latest.read_text().strip() == "step_000006"
     text = (run / "metrics.jsonl").read_text()
@@ -99,24 +104,24 @@ def test_kill_9_then_resume_completes(tiny_model_dir, tmp_path):
 
 def test_missing_model_is_a_clear_error(tmp_path):
     cfg = _write_config(tmp_path / "c.yaml", tmp_path / "no-such-model", tmp_path / "run")
-    res = _cli("train", str(cfg))
+    res = cli_inprocess("train", str(cfg))
     assert res.returncode == 2
     assert "no-such-model" in res.stderr and "error" in res.stderr
 
 
-def test_unknown_key_is_a_clear_error(tiny_model_dir, tmp_path):
-    cfg = _write_config(tmp_path / "c.yaml", tiny_model_dir, tmp_path / "run")
-    res = _cli("train", str(cfg), "--set", "train.lerning_rate=3")
+def test_unknown_key_is_a_clear_error(small_model_dir, tmp_path):
+    cfg = _write_config(tmp_path / "c.yaml", small_model_dir, tmp_path / "run")
+    res = cli_inprocess("train", str(cfg), "--set", "train.lerning_rate=3")
     assert res.returncode == 2 and "unknown config key" in res.stderr
 
 
 def test_methods_table_and_card():
-    res = _cli("methods")
+    res = cli_inprocess("methods")
     assert res.returncode == 0 and "dapo" in res.stdout and "gspo" in res.stdout
-    res = _cli("methods", "dapo")
+    res = cli_inprocess("methods", "dapo")
     assert res.returncode == 0 and "2503.14476" in res.stdout and "eps_high = 0.28" in res.stdout
     # every stage with the function that runs it and its kernel's file:line (card to formula in one hop)
     assert "filter     dynamic_sampling" in res.stdout
     assert "kernel policylab.kernels.objectives.ppo.ppo_clip  policylab/kernels/objectives/ppo.py:" in res.stdout
-    res = _cli("methods", "dapoo")
+    res = cli_inprocess("methods", "dapoo")
     assert res.returncode == 2 and "Did you mean: dapo" in res.stderr

@@ -42,9 +42,9 @@ def _vs_trl_args(model_dir, out, sides):
             "--micro-batch", "4", "--sides", sides, "--out", str(out)]
 
 
-def test_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
+def test_vs_trl_policylab_half_tiny(tmp_path, small_model_dir):
     vs_trl = _load("vs_trl")
-    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab,policylab-system"))
+    report = vs_trl.main(_vs_trl_args(small_model_dir, tmp_path / "v", "policylab,policylab-system"))
     p, sys_side = report["sides"]["policylab"], report["sides"]["policylab-system"]
     assert p["engine"] == "fast-fp32" and len(p["steps"]) == 1 and p["steps"][0]["completions"] == 8
     assert p["summary"]["completions_per_s"] > 0 and p["peak_rss_mb"] > 100
@@ -58,10 +58,10 @@ def test_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     assert "| completions/s |" in md and "| peak RSS (MB) |" in md and "| allocator |" in md
 
 
-def test_vs_trl_fast_side_tiny(tmp_path, tiny_model_dir):
+def test_vs_trl_fast_side_tiny(tmp_path, small_model_dir):
     """The fast-mode side samples with the bf16 engine and trains GRPO paired with TIS."""
     vs_trl = _load("vs_trl")
-    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "policylab-fast"))
+    report = vs_trl.main(_vs_trl_args(small_model_dir, tmp_path / "v", "policylab-fast"))
     f = report["sides"]["policylab-fast"]
     from policylab.methods.fast_mode import train_dtype
 
@@ -90,21 +90,21 @@ def test_fast_mode_error_tiny(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.slow  # ~20 s: TRL import and trainer set-up; runs with `make test-all` when trl is installed
-def test_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
+def test_vs_trl_both_halves_tiny(tmp_path, small_model_dir, capsys):
     pytest.importorskip("trl")
     vs_trl = _load("vs_trl")
-    report = vs_trl.main(_vs_trl_args(tiny_model_dir, tmp_path / "v", "trl,policylab"))
+    report = vs_trl.main(_vs_trl_args(small_model_dir, tmp_path / "v", "trl,policylab"))
     assert report["same_prompts"] is True
     assert report["sides"]["trl"]["steps"][0]["completions"] == 8
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"ratio_vs_trl={report['ratio_vs_trl']:.3f}"
 
 
-def test_utilization_benchmark_tiny(tmp_path, tiny_model_dir):
+def test_utilization_benchmark_tiny(tmp_path, small_model_dir):
     """Runs end to end on the tiny model; the shared-prefix path gives the full forward's
     log-probs (fp32 vs fp32: rounding only) and its FLOP counts are consistent."""
     util = _load("utilization")
-    r = util.main(["--model", str(tiny_model_dir), "--prompts", "2", "--group", "3", "--max-new-tokens", "6",
+    r = util.main(["--model", str(small_model_dir), "--prompts", "2", "--group", "3", "--max-new-tokens", "6",
                    "--micro-batch", "2", "--allocator", "system", "--out", str(tmp_path / "u")])
     full, pre = r["train"]["fp32"], r["train"]["fp32-prefix"]
     assert pre["distinct_prompts"] == 2 and pre["real_tokens"] == full["real_tokens"]

@@ -31,9 +31,9 @@ def test_policy_environments():
         busy.parse(["--loads", "2,8"])
 
 
-def test_busy_machine_tiny(tmp_path, tiny_model_dir):
+def test_busy_machine_tiny(tmp_path, small_model_dir):
     busy = _load("busy_machine")
-    report = busy.main(["--model", str(tiny_model_dir), "--loads", "0,1", "--policies", "one,passive",
+    report = busy.main(["--model", str(small_model_dir), "--loads", "0,1", "--policies", "one,passive",
                         "--steps", "1", "--warmup", "0", "--prompts", "2", "--group", "2", "--max-new-tokens", "2",
                         "--micro-batch", "4", "--out", str(tmp_path / "b")])
     one, passive = report["policies"]["one"], report["policies"]["passive"]

@@ -10,9 +10,9 @@ import pytest
 from bench_scripts import load as _load
 
 
-def test_base_accuracy_tiny(tmp_path, tiny_model_dir):
+def test_base_accuracy_tiny(tmp_path, small_model_dir):
     base = _load("base_accuracy")
-    res = base.main(["--model", str(tiny_model_dir), "--n", "4", "--only", "arith2_add", "chain_sum_3x1",
+    res = base.main(["--model", str(small_model_dir), "--n", "4", "--only", "arith2_add", "chain_sum_3x1",
                      "--out", str(tmp_path / "b")])
     assert set(res) == {"arith2_add", "chain_sum_3x1"}
     for r in res.values():
@@ -30,9 +30,9 @@ def _learn_args(model_dir, out, sides="policylab"):
             "--sides", sides, "--seeds", "0", "--out", str(out)]
 
 
-def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
+def test_learn_vs_trl_policylab_half_tiny(tmp_path, small_model_dir):
     learn = _load("learn_vs_trl")
-    report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l"))
+    report = learn.main(_learn_args(small_model_dir, tmp_path / "l"))
     side = report["runs"]["policylab"][0]
     pts = side["points"]
     # no timed bound: the base point is taken before the first step, the points follow
@@ -46,11 +46,11 @@ def test_learn_vs_trl_policylab_half_tiny(tmp_path, tiny_model_dir):
     assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab | 0 |" in (tmp_path / "l.md").read_text()
 
 
-def test_learn_vs_trl_fast_side_and_step_schedule_tiny(tmp_path, tiny_model_dir):
+def test_learn_vs_trl_fast_side_and_step_schedule_tiny(tmp_path, small_model_dir):
     """The fast mode's side trains with the bf16 engine and TIS; --eval-every-steps puts the
     evaluations at step multiples; both policylab sides give the equal-steps comparison."""
     learn = _load("learn_vs_trl")
-    args = _learn_args(tiny_model_dir, tmp_path / "f", "policylab,policylab-fast")
+    args = _learn_args(small_model_dir, tmp_path / "f", "policylab,policylab-fast")
     args[args.index("--eval-every-s") + 1] = "0"
     report = learn.main(args + ["--eval-every-steps", "2"])
     fast = report["runs"]["policylab-fast"][0]
@@ -109,20 +109,20 @@ def test_learn_vs_trl_ratio_rules():
 
 
 @pytest.mark.slow  # TRL import and trainer set-up; runs with `make test-all` when trl is installed
-def test_learn_vs_trl_both_halves_tiny(tmp_path, tiny_model_dir, capsys):
+def test_learn_vs_trl_both_halves_tiny(tmp_path, small_model_dir, capsys):
     pytest.importorskip("trl")
     learn = _load("learn_vs_trl")
-    report = learn.main(_learn_args(tiny_model_dir, tmp_path / "l", "trl,policylab"))
+    report = learn.main(_learn_args(small_model_dir, tmp_path / "l", "trl,policylab"))
     assert report["same_prompts"] is True and "policylab" in report["ratios"]
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("time_to_trl_accuracy_ratio=")
 
 
-def test_offpolicy_stress_tiny(tmp_path, tiny_model_dir):
+def test_offpolicy_stress_tiny(tmp_path, small_model_dir):
     stress = _load("offpolicy_stress")
     # a reward with mixed outcomes on a random model, so that updates happen and staleness is real
     task = json.dumps({"name": "arithmetic", "digits": 1, "reward": "trainer_utils:parity_reward"})
-    report = stress.main(["--model", str(tiny_model_dir), "--task", task, "--steps", "5", "--eval-n", "4",
+    report = stress.main(["--model", str(small_model_dir), "--task", task, "--steps", "5", "--eval-n", "4",
                           "--prompts", "2", "--group", "4", "--micro-batch", "4", "--max-new-tokens", "4",
                           "--lr", "1e-3", "--levels", "onpolicy,int4+stale1-mb2",
                           "--methods", "grpo,tis,gmc,missing_old_logits", "--smoke", "--out", str(tmp_path / "s")])
@@ -150,7 +150,7 @@ def test_offpolicy_stress_tiny(tmp_path, tiny_model_dir):
     assert (tmp_path / "s.png").stat().st_size > 1000 and (tmp_path / "s.md").read_text() == md
     # an interrupted run: the finished runs were saved one by one; the same command reuses them
     saved = {"fingerprint": None, "runs": {}}
-    args = ["--model", str(tiny_model_dir), "--task", task, "--steps", "2", "--eval-n", "4", "--prompts", "2",
+    args = ["--model", str(small_model_dir), "--task", task, "--steps", "2", "--eval-n", "4", "--prompts", "2",
             "--group", "4", "--micro-batch", "4", "--max-new-tokens", "4", "--lr", "1e-3",
             "--levels", "onpolicy,int4", "--methods", "grpo,tis", "--smoke", "--out", str(tmp_path / "r")]
     orig = stress.run_one

@@ -21,9 +21,9 @@ def test_step_budget_hand_worked(tiny_model):
     assert b["flops"] == 2.0 * (matrix + V * H) * 4 + 4.0 * L * 4 * nh * 10 * d
 
 
-def test_decode_profile_tiny(tmp_path, tiny_model_dir):
+def test_decode_profile_tiny(tmp_path, small_model_dir):
     prof = _load("decode_profile")
-    r = prof.main(["--model", str(tiny_model_dir), "--engines", "fast-fp32,fast-bf16,hf-fp32", "--prompts", "2",
+    r = prof.main(["--model", str(small_model_dir), "--engines", "fast-fp32,fast-bf16,hf-fp32", "--prompts", "2",
                    "--group", "2", "--max-new", "3", "--reps", "1", "--out", str(tmp_path / "d")])
     assert set(r["engines"]) == {"fast-fp32", "fast-bf16", "hf-fp32"}
     for name, e in r["engines"].items():
@@ -34,4 +34,4 @@ def test_decode_profile_tiny(tmp_path, tiny_model_dir):
     assert f["ms_layers"] > 0 and f["ms_head"] > 0 and "ms_layers" not in r["engines"]["hf-fp32"]
     assert "flags" in r["machine"] and "| fast-bf16 | bfloat16 |" in (tmp_path / "d.md").read_text()
     with pytest.raises(SystemExit, match="unknown engine"):
-        prof.main(["--model", str(tiny_model_dir), "--engines", "nope", "--out", ""])
+        prof.main(["--model", str(small_model_dir), "--engines", "nope", "--out", ""])

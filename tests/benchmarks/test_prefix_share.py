@@ -10,11 +10,11 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def test_prefix_share_benchmark_tiny(tmp_path, tiny_model_dir):
+def test_prefix_share_benchmark_tiny(tmp_path, small_model_dir):
     spec = importlib.util.spec_from_file_location("bench_prefix_share", BENCH / "prefix_share.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.main(["--model", str(tiny_model_dir), "--max-new-tokens", "6", "--mbs", "4,8", "--out", str(tmp_path / "p")])
+    mod.main(["--model", str(small_model_dir), "--max-new-tokens", "6", "--mbs", "4,8", "--out", str(tmp_path / "p")])
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     shared = [r for r in rows if r["variant"].startswith("shared prefix")]
     assert len(shared) == 2 and all(r["seconds"] > 0 for r in rows)

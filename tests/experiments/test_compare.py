@@ -41,8 +41,8 @@ def stream_digests(cfg, n):
     return [hashlib.sha256(e.prompt.encode()).hexdigest()[:12] for e in build_task(cfg.task, seed=cfg.seed).next_train(n)]
 
 
-def test_compare_runs_writes_the_report_and_every_method_sees_the_same_prompts(tmp_path, tiny_model_dir):
-    data = config(tmp_path, tiny_model_dir, methods=("grpo", "rloo", "dapo"), seeds=(0, 1))
+def test_compare_runs_writes_the_report_and_every_method_sees_the_same_prompts(tmp_path, small_model_dir):
+    data = config(tmp_path, small_model_dir, methods=("grpo", "rloo", "dapo"), seeds=(0, 1))
     report = compare(write(tmp_path, data))
     out = tmp_path / "cmp"
     assert (out / "compare.md").is_file() and (out / "curves.png").stat().st_size > 1000
@@ -78,13 +78,13 @@ def test_compare_runs_writes_the_report_and_every_method_sees_the_same_prompts(t
     assert again["methods"]["dapo"]["final"] == report["methods"]["dapo"]["final"]
 
 
-def test_an_interrupted_comparison_resumes_and_equals_the_uninterrupted_one(tmp_path, tiny_model_dir, monkeypatch):
+def test_an_interrupted_comparison_resumes_and_equals_the_uninterrupted_one(tmp_path, small_model_dir, monkeypatch):
     from policylab.trainer import loop as trainer_mod
     from policylab.errors import RunInterrupted
 
     def data_in(d):
         d.mkdir()
-        return config(d, tiny_model_dir, budget={"steps": 3},
+        return config(d, small_model_dir, budget={"steps": 3},
                       log={"tensorboard": False, "plot_every": 0, "checkpoint_every": 1})
 
     ref = compare(write(tmp_path / "a", data_in(tmp_path / "a")))
@@ -114,12 +114,12 @@ def test_an_interrupted_comparison_resumes_and_equals_the_uninterrupted_one(tmp_
     assert [r["resumed"] for r in out["runs"]] == [False, True]
 
 
-def test_seconds_and_tokens_budgets_stop_the_runs(tmp_path, tiny_model_dir):
-    rep = compare(write(tmp_path, config(tmp_path, tiny_model_dir, methods=("grpo",),
+def test_seconds_and_tokens_budgets_stop_the_runs(tmp_path, small_model_dir):
+    rep = compare(write(tmp_path, config(tmp_path, small_model_dir, methods=("grpo",),
                                          budget={"seconds": 1e-6, "max_steps": 50})))
     run = rep["runs"][0]
     assert run["stopped_by"] == "budget_seconds" and run["steps"] == 1  # checked after each step
-    data = config(tmp_path, tiny_model_dir, methods=("grpo",), budget={"tokens": 10, "max_steps": 50})
+    data = config(tmp_path, small_model_dir, methods=("grpo",), budget={"tokens": 10, "max_steps": 50})
     data["out_dir"] = str(tmp_path / "tok")
     rep = compare(write(tmp_path, data, "tok.yaml"))
     run = rep["runs"][0]
@@ -128,8 +128,8 @@ def test_seconds_and_tokens_budgets_stop_the_runs(tmp_path, tiny_model_dir):
     assert run["sampled_tokens"] - 16 < 10
 
 
-def test_keep_checkpoints_false_deletes_only_finished_runs_checkpoints(tmp_path, tiny_model_dir):
-    data = config(tmp_path, tiny_model_dir, methods=("grpo",), seeds=(0, 1), log={"checkpoint_every": 1})
+def test_keep_checkpoints_false_deletes_only_finished_runs_checkpoints(tmp_path, small_model_dir):
+    data = config(tmp_path, small_model_dir, methods=("grpo",), seeds=(0, 1), log={"checkpoint_every": 1})
     kept = compare(write(tmp_path, data))
     runs = tmp_path / "cmp" / "runs"
     assert all(any((runs / f"grpo-seed{s}" / "checkpoints").iterdir()) for s in (0, 1))  # default: kept
@@ -151,8 +151,8 @@ def _refused(tmp_path, data, match):
     assert not (tmp_path / "cmp").exists()  # nothing ran, nothing was written
 
 
-def test_bad_compare_configs_are_refused_before_any_run(tmp_path, tiny_model_dir):
-    good = config(tmp_path, tiny_model_dir)
+def test_bad_compare_configs_are_refused_before_any_run(tmp_path, small_model_dir):
+    good = config(tmp_path, small_model_dir)
     _refused(tmp_path, {**good, "methods": ["grpo", "dr_grpoo"]}, r"unknown method 'dr_grpoo'\. Did you mean: dr_grpo")
     _refused(tmp_path, {**good, "methods": ["grpo", "grpo"]}, r"label\(s\) \['grpo'\] appear more than once")
     _refused(tmp_path, {**good, "methods": [{"name": "grpo", "train": {"lr": 1}}]},
@@ -166,29 +166,29 @@ def test_bad_compare_configs_are_refused_before_any_run(tmp_path, tiny_model_dir
     # incompatible budgets
     _refused(tmp_path, {**good, "budget": {"steps": 2, "seconds": 60}}, "exactly one of steps, seconds, tokens")
     _refused(tmp_path, {**good, "budget": {"seconds": -1}}, "must be a positive number")
-    bad = config(tmp_path, tiny_model_dir, budget={"seconds": 60}, train={"decay": "cosine"})
+    bad = config(tmp_path, small_model_dir, budget={"seconds": 60}, train={"decay": "cosine"})
     _refused(tmp_path, bad, "decay` is 'cosine' with a seconds budget")
-    bad = config(tmp_path, tiny_model_dir, budget={"steps": 5}, train={"steps": 7})
+    bad = config(tmp_path, small_model_dir, budget={"steps": 5}, train={"steps": 7})
     _refused(tmp_path, bad, r"`run.train.steps` \(7\) and `budget.steps` \(5\) disagree")
-    bad = config(tmp_path, tiny_model_dir, budget={"tokens": 1000}, train={"steps": 7})
+    bad = config(tmp_path, small_model_dir, budget={"tokens": 1000}, train={"steps": 7})
     _refused(tmp_path, bad, "is set with a tokens budget")
-    _refused(tmp_path, config(tmp_path, tiny_model_dir, methods=("grpo", "vapo"), budget={"steps": 2}),
+    _refused(tmp_path, config(tmp_path, small_model_dir, methods=("grpo", "vapo"), budget={"steps": 2}),
              r"vapo: value_pretrain_steps=\d+ critic-only steps use the whole budget of 2 steps")
     # every problem at once, numbered
     with pytest.raises(ConfigError, match=r"\(1\) `budget` must be one of .*; \(2\) unknown method 'nope'"):
         plan_from_dict({**good, "methods": ["nope"], "budget": {}}, source="c.yaml")
 
 
-def test_a_task_whose_base_accuracy_cannot_be_measured_is_refused(tmp_path, tiny_model_dir):
+def test_a_task_whose_base_accuracy_cannot_be_measured_is_refused(tmp_path, small_model_dir):
     train_file = tmp_path / "t.jsonl"
     train_file.write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    _refused(tmp_path, config(tmp_path, tiny_model_dir, task={"name": "jsonl", "path": str(train_file)}),
+    _refused(tmp_path, config(tmp_path, small_model_dir, task={"name": "jsonl", "path": str(train_file)}),
              "base accuracy cannot be measured: evaluation needs task.heldout_path")
-    _refused(tmp_path, config(tmp_path, tiny_model_dir, eval={"n": 0}), r"run.eval.n=0: the base accuracy")
-    _refused(tmp_path, config(tmp_path, tiny_model_dir, task={"reward": "trainer_utils:zero_reward"}),
+    _refused(tmp_path, config(tmp_path, small_model_dir, eval={"n": 0}), r"run.eval.n=0: the base accuracy")
+    _refused(tmp_path, config(tmp_path, small_model_dir, task={"reward": "trainer_utils:zero_reward"}),
              r"the verifier `trainer_utils:zero_reward` gives the reference answer itself 0 on 4 of 4")
-    _refused(tmp_path, config(tmp_path, tiny_model_dir, eval={"before": False}), "reports the base")
-    _refused(tmp_path, config(tmp_path, tiny_model_dir, model=str(tmp_path)), "is a directory but not a model")
+    _refused(tmp_path, config(tmp_path, small_model_dir, eval={"before": False}), "reports the base")
+    _refused(tmp_path, config(tmp_path, small_model_dir, model=str(tmp_path)), "is a directory but not a model")
 
 
 @pytest.mark.parametrize("name", ["code", "distribution"])
@@ -211,17 +211,17 @@ def test_a_task_whose_gold_is_not_a_reply_checks_its_verifier_on_a_reference_rep
         assert task.reference_reply(held[0]) == held[0].meta["classes"][0]
 
 
-def test_a_method_the_task_cannot_feed_is_refused(tmp_path, tiny_model_dir):
+def test_a_method_the_task_cannot_feed_is_refused(tmp_path, small_model_dir):
     pytest.importorskip("reasoning_gym")
     # spell_backward's answers are words: Range-GRPO's interval judge reads numbers
-    words = config(tmp_path, tiny_model_dir, methods=("grpo", "range_grpo", "gprl"),
+    words = config(tmp_path, small_model_dir, methods=("grpo", "range_grpo", "gprl"),
                    task={"name": "reasoning_gym", "dataset": "spell_backward", "reward": "auto"})
     _refused(tmp_path, words, r"range_grpo: range_grpo gets reward_intervals from stage `interval_judge` "
                               r"\(policylab.kernels.rewards.graded.numeric_interval\), which needs numeric gold answers")
     with pytest.raises(ConfigError, match=r"gprl: gprl gets reward_vectors"):
         plan_from_dict(words, source="c.yaml")
     # the same methods on a numeric task are fed
-    plan = plan_from_dict(config(tmp_path, tiny_model_dir, methods=("range_grpo", "gprl")), source="c.yaml")
+    plan = plan_from_dict(config(tmp_path, small_model_dir, methods=("range_grpo", "gprl")), source="c.yaml")
     assert [r.label for r in plan.runs] == ["range_grpo", "gprl"]
 
 
@@ -241,8 +241,8 @@ def test_feed_problems_reads_the_spec():
     assert isinstance(rg.advantage, Stage)
 
 
-def test_a_run_directory_made_with_another_config_is_refused(tmp_path, tiny_model_dir):
-    data = config(tmp_path, tiny_model_dir, methods=("grpo",))
+def test_a_run_directory_made_with_another_config_is_refused(tmp_path, small_model_dir):
+    data = config(tmp_path, small_model_dir, methods=("grpo",))
     compare(write(tmp_path, data))
     data["run"]["train"]["lr"] = 5e-4
     with pytest.raises(ConfigError, match=r"grpo-seed0 holds a run made with another config \(differs in train.lr\)"):
@@ -251,16 +251,16 @@ def test_a_run_directory_made_with_another_config_is_refused(tmp_path, tiny_mode
     # done there, not refused for the run_dir their config recorded
     import shutil
 
-    data["run"]["train"]["lr"] = config(tmp_path, tiny_model_dir, methods=("grpo",))["run"]["train"]["lr"]
+    data["run"]["train"]["lr"] = config(tmp_path, small_model_dir, methods=("grpo",))["run"]["train"]["lr"]
     shutil.copytree(data["out_dir"], tmp_path / "moved")
     data["out_dir"] = str(tmp_path / "moved")
     assert [r.state for r in load_plan(write(tmp_path, data)).runs] == ["done"]
 
 
-def test_cli_compare(tmp_path, tiny_model_dir):
+def test_cli_compare(tmp_path, small_model_dir):
     from cli_utils import cli_inprocess as cli  # the subprocess is not what this checks
 
-    data = config(tmp_path, tiny_model_dir, methods=("grpo",))
+    data = config(tmp_path, small_model_dir, methods=("grpo",))
     path = write(tmp_path, data)
     res = cli("compare", path, "--plan")
     assert res.returncode == 0, res.stderr

@@ -140,8 +140,8 @@ def test_paired_difference_and_verdict_hand_worked():
 
 
 # ----------------------------------------------------------------------------- the command
-def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_path, tiny_model_dir):
-    s = tiny_settings(tmp_path, tiny_model_dir)
+def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_path, small_model_dir):
+    s = tiny_settings(tmp_path, small_model_dir)
     table = evidence(["gspo", "cispo", "cord"], s, console=quiet(), command="policylab evidence gspo cispo cord")
     rows = {r["method"]: r for r in table["rows"]}
     assert set(rows) == set(methods.names()) | {"orl"}  # the literature-only entry too
@@ -197,10 +197,10 @@ def test_evidence_runs_both_arms_shares_the_control_and_writes_one_table(tmp_pat
     assert again["commands"] == ["policylab evidence gspo cispo cord", "policylab evidence cispo"]
 
 
-def test_an_interrupted_evidence_run_resumes_where_it_stopped(tmp_path, tiny_model_dir, monkeypatch):
+def test_an_interrupted_evidence_run_resumes_where_it_stopped(tmp_path, small_model_dir, monkeypatch):
     from policylab.trainer import loop as trainer_mod
 
-    s = tiny_settings(tmp_path, tiny_model_dir, seeds=(0,), steps=2)
+    s = tiny_settings(tmp_path, small_model_dir, seeds=(0,), steps=2)
     real = trainer_mod.Trainer.train_step
     calls = {"n": 0}
 
@@ -236,7 +236,7 @@ def test_unknown_and_literature_only_methods_and_no_names_are_refused(tmp_path):
     assert [m.method for m in requested([], True)] == methods.names()
 
 
-def test_cli_evidence_refuses_before_running_and_plans(tmp_path, tiny_model_dir):
+def test_cli_evidence_refuses_before_running_and_plans(tmp_path, small_model_dir):
     from cli_utils import cli
 
     res = cli("evidence", "nope", "--out", str(tmp_path / "ev"))
@@ -244,7 +244,7 @@ def test_cli_evidence_refuses_before_running_and_plans(tmp_path, tiny_model_dir)
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "ev").exists()
     res = cli("evidence", "gspo", "--seeds", "0,0", "--out", str(tmp_path / "ev"))
     assert res.returncode == 2 and "distinct" in res.stderr
-    args = ["evidence", "gspo", "--model", str(tiny_model_dir), "--out", str(tmp_path / "ev"), "--seeds", "0",
+    args = ["evidence", "gspo", "--model", str(small_model_dir), "--out", str(tmp_path / "ev"), "--seeds", "0",
             "--steps", "1", "--eval-n", "4"] + [x for k, v in TINY_SETS for x in ("--set", f"{k}={v}")]
     res = cli(*args, "--plan")
     assert res.returncode == 0, res.stderr

@@ -186,33 +186,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.distributed
-@pytest.mark.parametrize("method", ["grpo", "dapo"])
-def test_two_process_data_parallel_update_equals_one_process(tmp_path, tiny_model_dir, method):
-    from safetensors.torch import load_file
+DATA_PARALLEL_METHODS = ("grpo", "dapo")
 
-    from policylab.models import loading as models
 
+@pytest.fixture(scope="module")
+def data_parallel_runs(tmp_path_factory, tiny_model_dir):
+    """Both methods' one-process and two-process runs (trl_run.py), each set of processes
+    running the methods one after the other: (prefix of the one-process run, of the two-process run)."""
+    root = tmp_path_factory.mktemp("data-parallel")
     env = {**os.environ, "PYTHONPATH": str(HERE), "TRL_EXPERIMENTAL_SILENCE": "1", "OMP_NUM_THREADS": "1"}
-    one, two = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
-    script = str(HERE / "trl_run.py")
+    one, two = root / "one", root / "two"
+    script, methods = str(HERE / "trl_run.py"), ",".join(DATA_PARALLEL_METHODS)
     # same global batch (16 completions per step): 1 process x 4 micro-batches of 4, 2 processes x 2 of 4
-    subprocess.run([sys.executable, script, str(tiny_model_dir), str(one), "4", "4", method], env=env, check=True,
+    subprocess.run([sys.executable, script, str(tiny_model_dir), str(one), "4", "4", methods], env=env, check=True,
                    timeout=600, capture_output=True)
     accelerate = str(Path(sys.executable).with_name("accelerate"))
     # accelerate 1.15's `--cpu` runs one process unless MPI is set up; `--multi_gpu` starts two
     # processes with torchrun, and `use_cpu=True` in the config makes them CPU ranks over gloo
     run = subprocess.run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-                          str(_free_port()), script, str(tiny_model_dir), str(two), "4", "2", method],
+                          str(_free_port()), script, str(tiny_model_dir), str(two), "4", "2", methods],
                          env=env, timeout=900, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
+    return one, two
+
+
+@pytest.mark.distributed
+@pytest.mark.xdist_group("trl_data_parallel")  # the methods share the module fixture's processes
+@pytest.mark.parametrize("method", DATA_PARALLEL_METHODS)
+def test_two_process_data_parallel_update_equals_one_process(data_parallel_runs, tiny_model_dir, method):
+    from safetensors.torch import load_file
+
+    from policylab.models import loading as models
+
+    one, two = (Path(f"{p}.{method}") for p in data_parallel_runs)
     # the two ranks each generated for their half of the global batch
     halves = [Path(f"{two}.rollout{rank}").read_text().split("\n")[:-1] for rank in (0, 1)]
     assert len(halves[0]) == len(halves[1]) == 8, halves
     assert sorted(halves[0] + halves[1]) == sorted(Path(f"{one}.rollout0").read_text().split("\n")[:-1])
     assert not Path(f"{one}.rollout1").exists()
-    a, b = load_file(str(one)), load_file(str(two))
+    a, b = load_file(f"{one}.safetensors"), load_file(f"{two}.safetensors")
     start = models.load_policy(str(tiny_model_dir))[0].state_dict()
     moved = 0.0
     for k in a:

@@ -1,5 +1,9 @@
-"""One short PolicylabGRPOTrainer run, for the data-parallel test: run it alone or under
-`accelerate launch --multi_gpu --num_processes 2` (use_cpu=True: two CPU ranks over gloo); it writes the trained weights to OUT.
+"""Short PolicylabGRPOTrainer runs, for the data-parallel test: run it alone or under
+`accelerate launch --multi_gpu --num_processes 2` (use_cpu=True: two CPU ranks over gloo).
+One run per method in METHODS (comma-separated), one after the other in the same
+processes (one interpreter start and torch import for all of them); run METHOD writes its
+trained weights to OUT.METHOD.safetensors and each rank the prompts it generated for to
+OUT.METHOD.rollout<rank>.
 
 Completions come from a `rollout_func` (TRL's hook) that answers every prompt with the
 same fixed token sequences, so a one-process and a two-process run see the same global
@@ -12,7 +16,21 @@ from __future__ import annotations
 import sys
 
 
-def main(model_dir: str, out: str, per_device: int, accumulation: int, method: str) -> None:
+def main(model_dir: str, out: str, per_device: int, accumulation: int, methods: str) -> None:
+    for method in methods.split(","):
+        run(model_dir, f"{out}.{method}", per_device, accumulation, method)
+    # end the gloo group before the interpreter does: left to interpreter exit, the group's
+    # threads are torn down in no fixed order and a rank can abort ("terminate called without
+    # an active exception") after its work is done
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def run(model_dir: str, out: str, per_device: int, accumulation: int, method: str) -> None:
+    """One run of `method`: the trained weights to OUT.safetensors."""
     import torch
     from datasets import Dataset
     from safetensors.torch import save_file
@@ -53,15 +71,8 @@ def main(model_dir: str, out: str, per_device: int, accumulation: int, method: s
     trainer.train()
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
-        save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, out)
-    # end the gloo group before the interpreter does: left to interpreter exit, the group's
-    # threads are torn down in no fixed order and a rank can abort ("terminate called without
-    # an active exception") after its work is done
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+        save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, out + ".safetensors")
+    trainer.accelerator.wait_for_everyone()  # the next method's run starts on both ranks together
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def test_a_stage_sees_only_the_core_calls_and_what_it_declared():
     assert {"generate", "decode"} <= ROLLOUT_CORE and WORKER_CORE == {"role_logprobs", "values"}
 
 
-def test_the_trainer_refuses_a_method_its_backends_cannot_host(tiny_model_dir, tmp_path):
+def test_the_trainer_refuses_a_method_its_backends_cannot_host(small_model_dir, tmp_path):
     from trainer_utils import tiny_config
 
     from policylab.backends.build import build_local
@@ -93,7 +93,7 @@ def test_the_trainer_refuses_a_method_its_backends_cannot_host(tiny_model_dir, t
         b.capabilities = frozenset()
         return b
 
-    cfg = tiny_config(tiny_model_dir, tmp_path / "run", method="zcpo", method_params={"kl_coef": 0.0})
+    cfg = tiny_config(small_model_dir, tmp_path / "run", method="zcpo", method_params={"kl_coef": 0.0})
     with pytest.raises(PolicylabError, match="method `zcpo` cannot run on these backends: stage `zcpo_drift`"):
         Trainer(cfg, backends=bare)
     assert Trainer(cfg).backends.capabilities >= {"worker.vocab_stats", "rollout.greedy"}

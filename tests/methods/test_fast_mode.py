@@ -79,18 +79,18 @@ def test_a_method_with_another_source_is_refused():
         pair_correction(methods.get("luffy"), "fast-bf16")
 
 
-def test_config_makes_it_a_bf16_engine_and_refuses_a_contradiction(tiny_model_dir, tmp_path):
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
+def test_config_makes_it_a_bf16_engine_and_refuses_a_contradiction(small_model_dir, tmp_path):
+    cfg = tiny_config(small_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
     assert cfg.rollout.engine_dtype == "bf16"
     with pytest.raises(ConfigError, match="contradicts"):
-        tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "engine_dtype": "int8"})
+        tiny_config(small_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "engine_dtype": "int8"})
     with pytest.raises(ConfigError, match="fast-bf16"):
         config_from_dict({"rollout": {"engine": "fast-fp8"}})
 
 
-def test_trainer_step_samples_with_bf16_and_corrects(tiny_model_dir, tmp_path, monkeypatch):
+def test_trainer_step_samples_with_bf16_and_corrects(small_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AMX)
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
     assert tr.engine.engine_name == "fast-bf16" and tr.engine.dtype == torch.bfloat16
     assert next(tr.model.parameters()).dtype == torch.float32  # fp32 master weights
     assert not tr.needs_old_pass()  # one update per batch: π_old is the training forward (test_old_from_forward)
@@ -99,9 +99,9 @@ def test_trainer_step_samples_with_bf16_and_corrects(tiny_model_dir, tmp_path, m
     assert "correction/tis/ess" in m and 0.0 < m["correction/tis/ess"] <= 1.0
 
 
-def test_refused_on_a_host_without_native_bf16(tiny_model_dir, tmp_path, monkeypatch):
+def test_refused_on_a_host_without_native_bf16(small_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AVX2_ONLY)
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
+    cfg = tiny_config(small_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"})
     with pytest.raises(cpu.UnsupportedHost, match="avx512_bf16 or amx_bf16.*avx2 fma.*emulated"):
         Trainer(cfg)
 

@@ -63,10 +63,10 @@ def test_reinforce_methods_refuse_reuse_they_cannot_correct(name, setting):
     methods.get(name).with_params({}, RunShape(group_size=4))  # one update per batch: fine
 
 
-def test_remax_scores_its_greedy_baseline_with_the_same_reward_protocol(tiny_model_dir, tmp_path):
+def test_remax_scores_its_greedy_baseline_with_the_same_reward_protocol(small_model_dir, tmp_path):
     # with a shaping function configured, the greedy reply gets it too (it used to be scored
     # by the verifier alone while the samples got verifier + shaping)
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="remax", method_params={},
+    cfg = tiny_config(small_model_dir, tmp_path / "r", method="remax", method_params={},
                       task={"reward": "trainer_utils:parity_reward", "extra_rewards": ["trainer_utils:short_bonus=0.5"]})
     tr = Trainer(cfg)
     batch, _ = tr.collect()

@@ -25,10 +25,10 @@ from trainer_utils import tiny_config
 pytest.importorskip("peft")
 
 
-def _trainer(tiny_model_dir, run_dir, name, method_params=None, **sections):
+def _trainer(small_model_dir, run_dir, name, method_params=None, **sections):
     sections = {k: {**methods.get(name).exercise.get(k, {}), **sections.get(k, {})}
                 for k in {*methods.get(name).exercise, *sections}}
-    return Trainer(tiny_config(tiny_model_dir, run_dir, method=name, method_params=method_params or {}, **sections))
+    return Trainer(tiny_config(small_model_dir, run_dir, method=name, method_params=method_params or {}, **sections))
 
 
 def _round(tr):
@@ -49,8 +49,8 @@ def _flat(grads):
 
 
 @pytest.mark.parametrize("mode", ["conflict_only", "always"])
-def test_cord_projects_the_accumulated_rl_gradient_off_the_retention_gradient(mode, tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path / mode, "cord", {"cord_mode": mode},
+def test_cord_projects_the_accumulated_rl_gradient_off_the_retention_gradient(mode, small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path / mode, "cord", {"cord_mode": mode},
                   train={"dtype": "fp64", "grad_clip": 0.0, "micro_batch_size": 2}, rollout={"group_size": 4})
     batch, adv = _round(tr)
     stage = tr.method.grad[0]
@@ -91,8 +91,8 @@ def test_cord_projects_the_accumulated_rl_gradient_off_the_retention_gradient(mo
     assert sorted(seen) == [False, True]
 
 
-def test_cord_retention_set_is_gold_answers_of_the_training_stream(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path / "g", "cord", {"retention_size": 3}, rollout={"group_size": 4})
+def test_cord_retention_set_is_gold_answers_of_the_training_stream(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path / "g", "cord", {"retention_size": 3}, rollout={"group_size": 4})
     position = tr.task.state_dict()
     tr.train_step()
     ret = tr.controllers[RETENTION_STATE]
@@ -110,8 +110,8 @@ def test_cord_retention_set_is_gold_answers_of_the_training_stream(tiny_model_di
         assert ex.meta["split"] == "train"
 
 
-def test_cord_base_greedy_retention_is_the_base_policys_reply(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path / "b", "cord", {"retention_source": "base_greedy", "retention_size": 2},
+def test_cord_base_greedy_retention_is_the_base_policys_reply(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path / "b", "cord", {"retention_source": "base_greedy", "retention_size": 2},
                   rollout={"group_size": 4})
     base = copy.deepcopy(tr.model)
     tr.train_step()
@@ -129,8 +129,9 @@ def test_cord_base_greedy_retention_is_the_base_policys_reply(tiny_model_dir, tm
         fresh.build(ctx)
 
 
-def test_cord_refuses_a_projection_without_its_protected_loss(tiny_model_dir, tmp_path, tokenizer):
-    tr = _trainer(tiny_model_dir, tmp_path / "e", "cord", rollout={"group_size": 4})
+def test_cord_refuses_a_projection_without_its_protected_loss(small_model_dir, tmp_path, small_tokenizer):
+    tokenizer = small_tokenizer
+    tr = _trainer(small_model_dir, tmp_path / "e", "cord", rollout={"group_size": 4})
     stage = tr.method.grad[0]
     ctx = tr.context("x").for_stage(tr.method, stage)
     ctx.state = {}
@@ -164,8 +165,8 @@ def _updates(model):
     return out
 
 
-def test_gcpo_top_k_subspaces_receive_no_update(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path / "g", "gcpo", {"protected_rank": 8},
+def test_gcpo_top_k_subspaces_receive_no_update(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path / "g", "gcpo", {"protected_rank": 8},
                   train={"dtype": "fp64", "lr": 1e-2, "lora_rank": 4, "steps": 3}, rollout={"group_size": 4})
     base = {k: v.clone() for k, v in tr.model.state_dict().items() if "lora_" not in k}
     opt_ids = {id(p) for g in tr.optimizer.param_groups for p in g["params"]}
@@ -193,9 +194,9 @@ def test_gcpo_top_k_subspaces_receive_no_update(tiny_model_dir, tmp_path):
         assert torch.equal(after[k], v), k
 
 
-def test_plain_lora_does_update_the_protected_subspaces(tiny_model_dir, tmp_path):
+def test_plain_lora_does_update_the_protected_subspaces(small_model_dir, tmp_path):
     # the same run without gcpo's stages: the test above could fail
-    tr = _trainer(tiny_model_dir, tmp_path / "p", "grpo", {"kl_coef": 0.0},
+    tr = _trainer(small_model_dir, tmp_path / "p", "grpo", {"kl_coef": 0.0},
                   train={"dtype": "fp64", "lr": 1e-2, "lora_rank": 4}, rollout={"group_size": 4})
     for _ in range(3):
         tr.train_step()
@@ -207,21 +208,21 @@ def test_plain_lora_does_update_the_protected_subspaces(tiny_model_dir, tmp_path
     assert worst > 1e-3
 
 
-def test_gcpo_refuses_runs_it_cannot_constrain(tiny_model_dir, tmp_path):
+def test_gcpo_refuses_runs_it_cannot_constrain(small_model_dir, tmp_path):
     with pytest.raises(PolicylabError, match="no LoRA adapter: set train.lora_rank > 0"):
-        _trainer(tiny_model_dir, tmp_path / "a", "gcpo", train={"lora_rank": 0})
+        _trainer(small_model_dir, tmp_path / "a", "gcpo", train={"lora_rank": 0})
     # k_proj of the tiny model is 32×64: with k = 8 a LoRA rank of at most 24 fits
     with pytest.raises(PolicylabError, match="LoRA rank r = 30 .*k_proj.*train.lora_rank to <= 24"):
-        _trainer(tiny_model_dir, tmp_path / "b", "gcpo", train={"lora_rank": 30})
+        _trainer(small_model_dir, tmp_path / "b", "gcpo", train={"lora_rank": 30})
     with pytest.raises(PolicylabError, match="leaves no direction to train"):
-        _trainer(tiny_model_dir, tmp_path / "c", "gcpo", {"protected_rank": 32})
+        _trainer(small_model_dir, tmp_path / "c", "gcpo", {"protected_rank": 32})
 
 
 # ----------------------------------------------------------------------------- iso
 
 
-def test_iso_spectrum_stays_bit_identical_while_the_weights_change(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path / "i", "iso", train={"lr": 1e-2, "steps": 3}, rollout={"group_size": 4})
+def test_iso_spectrum_stays_bit_identical_while_the_weights_change(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path / "i", "iso", train={"lr": 1e-2, "steps": 3}, rollout={"group_size": 4})
     layers = iso_layers(tr.model)
     assert len(layers) == 14  # 7 projections × 2 layers; the tied head is left alone
     sigma = {n: l.sigma.clone() for n, l in layers}
@@ -243,8 +244,8 @@ def test_iso_spectrum_stays_bit_identical_while_the_weights_change(tiny_model_di
     assert changed > 1e-3  # the weights did move
 
 
-def test_iso_sampling_follows_the_updated_frames(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path / "s", "iso", train={"lr": 1e-2}, rollout={"group_size": 4})
+def test_iso_sampling_follows_the_updated_frames(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path / "s", "iso", train={"lr": 1e-2}, rollout={"group_size": 4})
     assert tr.engine.engine_name == "fast-fp32"  # the fast engine runs the reparametrized layers as modules
     initial = copy.deepcopy(tr.model)
     for _ in range(4):
@@ -262,14 +263,14 @@ def test_iso_sampling_follows_the_updated_frames(tiny_model_dir, tmp_path):
     assert float((before[mask] - batch.logp_behavior[mask]).abs().max()) > 1e-3  # not at the initial ones
 
 
-def test_iso_refuses_what_it_cannot_reparametrize(tiny_model_dir, tmp_path):
+def test_iso_refuses_what_it_cannot_reparametrize(small_model_dir, tmp_path):
     with pytest.raises(PolicylabError, match="train.lora_rank: 0"):
-        _trainer(tiny_model_dir, tmp_path / "a", "iso", train={"lora_rank": 4})
+        _trainer(small_model_dir, tmp_path / "a", "iso", train={"lora_rank": 4})
     with pytest.raises(PolicylabError, match="matches no linear layer.*model.layers.0"):
-        _trainer(tiny_model_dir, tmp_path / "b", "iso", {"iso_targets": "*.attn_typo"})
+        _trainer(small_model_dir, tmp_path / "b", "iso", {"iso_targets": "*.attn_typo"})
     with pytest.raises(PolicylabError, match="output head.*tied"):
-        _trainer(tiny_model_dir, tmp_path / "c", "iso", {"iso_targets": "lm_head"})
-    tr = _trainer(tiny_model_dir, tmp_path / "d", "iso", {"iso_targets": "*.q_proj", "retraction": "qr"})
+        _trainer(small_model_dir, tmp_path / "c", "iso", {"iso_targets": "lm_head"})
+    tr = _trainer(small_model_dir, tmp_path / "d", "iso", {"iso_targets": "*.q_proj", "retraction": "qr"})
     (name, layer), *rest = iso_layers(tr.model)
     assert name.endswith("q_proj") and len(rest) == 1 and isinstance(layer, FixedSpectrumLinear)
     with pytest.raises(PolicylabError, match="cannot be assigned"):
@@ -280,15 +281,15 @@ def test_iso_refuses_what_it_cannot_reparametrize(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["cord", "gcpo", "iso"])
-def test_resume_equals_the_uninterrupted_run(name, tiny_model_dir, tmp_path):
+def test_resume_equals_the_uninterrupted_run(name, small_model_dir, tmp_path):
     kw = dict(train={"steps": 4, "lr": 1e-2}, rollout={"group_size": 4})
-    full = _trainer(tiny_model_dir, tmp_path / "a", name, **kw)
+    full = _trainer(small_model_dir, tmp_path / "a", name, **kw)
     rows_full = [full.train_step() for _ in range(4)]
-    first = _trainer(tiny_model_dir, tmp_path / "b", name, **kw)
+    first = _trainer(small_model_dir, tmp_path / "b", name, **kw)
     for _ in range(2):
         first.train_step()
     first.save()
-    second = _trainer(tiny_model_dir, tmp_path / "b", name, **kw)
+    second = _trainer(small_model_dir, tmp_path / "b", name, **kw)
     assert second.restore() and second.step == 2
     rows = [second.train_step() for _ in range(2)]
     assert full.policy_version >= 2
@@ -322,10 +323,10 @@ class _DetachedRetention:
 
 
 @pytest.mark.parametrize("protect", ["retention", "rl"])
-def test_cord_skips_the_projection_when_the_protected_gradient_is_exactly_zero(protect, tiny_model_dir, tmp_path):
+def test_cord_skips_the_projection_when_the_protected_gradient_is_exactly_zero(protect, small_model_dir, tmp_path):
     # g_ret = 0 exactly: nothing to project on (‖g_p‖² = 0), so the step keeps λ·g_rl + β·g_ret = g_rl
     # (λ = β = 1) and logs the skip; it must not raise
-    tr = _trainer(tiny_model_dir, tmp_path / protect, "cord", {"protect": protect},
+    tr = _trainer(small_model_dir, tmp_path / protect, "cord", {"protect": protect},
                   train={"dtype": "fp64", "grad_clip": 0.0}, rollout={"group_size": 4})
     stage = tr.method.grad[0]
     ctx = tr.context("z").for_stage(tr.method, stage)

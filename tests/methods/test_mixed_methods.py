@@ -19,9 +19,9 @@ from trainer_utils import tiny_config
 ROLLOUT = {"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 5}
 
 
-def trainer(tiny_model_dir, tmp_path, method, params=None, reward="exact_numeric", **sections):
+def trainer(small_model_dir, tmp_path, method, params=None, reward="exact_numeric", **sections):
     sections.setdefault("rollout", ROLLOUT)
-    cfg = tiny_config(tiny_model_dir, tmp_path / method, method=method, method_params=dict(params or {}),
+    cfg = tiny_config(small_model_dir, tmp_path / method, method=method, method_params=dict(params or {}),
                       task={"reward": reward}, **sections)
     return Trainer(cfg)
 
@@ -37,8 +37,8 @@ def weights(model):
 # ----------------------------------------------------------------------------- LUFFY
 
 
-def test_luffy_groups_mix_rollouts_and_solver_demonstrations(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "luffy")
+def test_luffy_groups_mix_rollouts_and_solver_demonstrations(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "luffy")
     batch, _ = tr.collect()
     G = 4
     assert batch.size == 3 * G
@@ -64,18 +64,18 @@ def test_luffy_groups_mix_rollouts_and_solver_demonstrations(tiny_model_dir, tmp
     assert metrics["reward/mean@source=demonstration"] == 1.0
 
 
-def test_luffy_refuses_groups_made_only_of_demonstrations(tiny_model_dir, tmp_path):
+def test_luffy_refuses_groups_made_only_of_demonstrations(small_model_dir, tmp_path):
     from policylab.errors import PolicylabError
 
     with pytest.raises(PolicylabError, match="demos_per_group = 4 must be >= 1 and < rollout.group_size"):
-        trainer(tiny_model_dir, tmp_path, "luffy", {"demos_per_group": 4})
+        trainer(small_model_dir, tmp_path, "luffy", {"demos_per_group": 4})
 
 
 # ----------------------------------------------------------------------------- Off-Context GRPO
 
 
-def test_off_context_learns_on_the_prompt_alone_and_samples_with_the_hint(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "off_context_grpo", {"kl_coef": 0.0})
+def test_off_context_learns_on_the_prompt_alone_and_samples_with_the_hint(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "off_context_grpo", {"kl_coef": 0.0})
     batch, _ = tr.collect()
     assert set(batch.sources) == {"hinted"} and set(batch.producers) == {"policy"}
     for ids in real_prompts(batch):  # the numerator's input ids: unhinted prompt (+ response), no hint token
@@ -104,14 +104,14 @@ def test_off_context_learns_on_the_prompt_alone_and_samples_with_the_hint(tiny_m
         tr.round_inputs(tr.prepare(leaked))
 
 
-def test_off_context_with_an_empty_hint_is_grpo(tiny_model_dir, tmp_path):
+def test_off_context_with_an_empty_hint_is_grpo(small_model_dir, tmp_path):
     sec = dict(train={"dtype": "fp64", "grad_clip": 0.0})
     par = "trainer_utils:parity_reward"  # mixed outcomes on a random model: a nonzero update
     # one trainer after the other: each seeds the global RNG its sampler draws from
-    a = trainer(tiny_model_dir, tmp_path / "a", "off_context_grpo", {"hint_kind": "none", "kl_coef": 0.0}, par, **sec)
+    a = trainer(small_model_dir, tmp_path / "a", "off_context_grpo", {"hint_kind": "none", "kl_coef": 0.0}, par, **sec)
     start = weights(a.model)
     ma = a.train_step()
-    b = trainer(tiny_model_dir, tmp_path / "b", "grpo", {"kl_coef": 0.0}, par, **sec)
+    b = trainer(small_model_dir, tmp_path / "b", "grpo", {"kl_coef": 0.0}, par, **sec)
     mb = b.train_step()
     assert ma["reward/mean"] == mb["reward/mean"]
     assert ma["rollout/sequences@source=native"] == 12.0
@@ -124,8 +124,8 @@ def test_off_context_with_an_empty_hint_is_grpo(tiny_model_dir, tmp_path):
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-9, atol=1e-14)
 
 
-def test_off_context_evaluation_has_no_hint(tiny_model_dir, tmp_path, monkeypatch):
-    tr = trainer(tiny_model_dir, tmp_path, "off_context_grpo")
+def test_off_context_evaluation_has_no_hint(small_model_dir, tmp_path, monkeypatch):
+    tr = trainer(small_model_dir, tmp_path, "off_context_grpo")
     seen = []
     import policylab.eval.evaluate as ev
 
@@ -143,8 +143,8 @@ def test_off_context_evaluation_has_no_hint(tiny_model_dir, tmp_path, monkeypatc
 # ----------------------------------------------------------------------------- GRIN
 
 
-def test_grin_injects_gold_only_into_all_fail_groups(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "grin", {"grin_alpha": 0.25, "grin_schedule": "constant"},
+def test_grin_injects_gold_only_into_all_fail_groups(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "grin", {"grin_alpha": 0.25, "grin_schedule": "constant"},
                  reward="mixed_helpers:odd_answers_only", rollout={**ROLLOUT, "prompts_per_step": 6})
     batch, _ = tr.collect()
     seen_odd = seen_even = 0
@@ -169,8 +169,8 @@ def test_grin_injects_gold_only_into_all_fail_groups(tiny_model_dir, tmp_path):
     assert m["reward/mean@source=gold"] == 1.0 and m["grin/injected_groups"] == seen_odd
 
 
-def test_grin_denominator_is_the_mixture_in_the_loss(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "grin", {"grin_schedule": "constant", "kl_coef": 0.04},
+def test_grin_denominator_is_the_mixture_in_the_loss(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "grin", {"grin_schedule": "constant", "kl_coef": 0.04},
                  reward="mixed_helpers:odd_answers_only", rollout={**ROLLOUT, "prompts_per_step": 6})
     batch, _ = tr.collect()
     batch = tr.prepare(batch)
@@ -188,12 +188,12 @@ def test_grin_denominator_is_the_mixture_in_the_loss(tiny_model_dir, tmp_path):
     assert not torch.allclose(w.logp_old[gold], batch.logp_ref[gold])  # never the reference
 
 
-def test_grin_with_alpha_zero_is_grpo(tiny_model_dir, tmp_path):
+def test_grin_with_alpha_zero_is_grpo(small_model_dir, tmp_path):
     sec = dict(train={"dtype": "fp64", "grad_clip": 0.0})
     par = "trainer_utils:parity_reward"
-    a = trainer(tiny_model_dir, tmp_path / "a", "grin", {"grin_alpha": 0.0}, par, **sec)
+    a = trainer(small_model_dir, tmp_path / "a", "grin", {"grin_alpha": 0.0}, par, **sec)
     ma = a.train_step()
-    b = trainer(tiny_model_dir, tmp_path / "b", "grpo", {"kl_coef": 0.0}, par, **sec)
+    b = trainer(small_model_dir, tmp_path / "b", "grpo", {"kl_coef": 0.0}, par, **sec)
     mb = b.train_step()
     assert ma["grin/injected_groups"] == 0.0 and ma["grad_norm"] > 0
     wb = weights(b.model)
@@ -213,8 +213,8 @@ def test_moer_prefix_schedule_never_lengthens():
     assert {demonstrations.prefix_fraction(s, const) for s in range(5)} == {0.5}
 
 
-def test_moer_guided_rows_stay_guided_and_mask_the_expert_prefix(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:always_right")
+def test_moer_guided_rows_stay_guided_and_mask_the_expert_prefix(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "moer", reward="mixed_helpers:always_right")
     batch, _ = tr.collect()
     guided = batch.source_rows("guided")
     assert int(guided.sum()) == 3 and not bool(batch.source_rows("expert").any())  # success: no rollback
@@ -229,9 +229,9 @@ def test_moer_guided_rows_stay_guided_and_mask_the_expert_prefix(tiny_model_dir,
     assert bool((A.adv == 0).all())
 
 
-def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(tiny_model_dir, tmp_path):
+def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(small_model_dir, tmp_path):
     # the worked solutions verify, the random model's continuations never do
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only")
+    tr = trainer(small_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only")
     batch, _ = tr.collect()
     expert = batch.source_rows("expert")
     assert int(expert.sum()) == 3 and not bool(batch.source_rows("guided").any())
@@ -244,12 +244,12 @@ def test_moer_rolls_back_failed_continuations_to_the_full_expert_trace(tiny_mode
     assert guidance.worked_solution  # the traces are the solver's worked solutions
 
 
-def test_moer_never_uses_an_expert_trace_the_verifier_refuses(tiny_model_dir, tmp_path):
+def test_moer_never_uses_an_expert_trace_the_verifier_refuses(small_model_dir, tmp_path):
     # 3 prompts; the worked solution of a problem with an odd answer fails the verifier (a dataset
     # trace whose final answer is wrong), of an even answer it passes; continuations never pass.
     # An unverified trace is neither a prefix nor a rollback target: that prompt's k rows are plain
     # rollouts (native); a verified one is rolled back to after the failed continuation (expert, reward 1)
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_of_even_answers",
+    tr = trainer(small_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_of_even_answers",
                  rollout={**ROLLOUT, "prompts_per_step": 6})
     batch, _ = tr.collect()
     from policylab.tasks import guidance
@@ -273,8 +273,8 @@ def test_moer_never_uses_an_expert_trace_the_verifier_refuses(tiny_model_dir, tm
     assert guidance.worked_solution
 
 
-def test_moer_unit_ratio_rows_are_never_clipped(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only",
+def test_moer_unit_ratio_rows_are_never_clipped(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "moer", reward="mixed_helpers:solutions_only",
                  train={"epochs": 2, "minibatches": 1})
     batch, _ = tr.collect()
     batch = tr.prepare(batch)
@@ -298,7 +298,8 @@ def test_moer_unit_ratio_rows_are_never_clipped(tiny_model_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def other_model_dir(tmp_path_factory, tokenizer):
+def other_model_dir(tmp_path_factory, small_tokenizer):
+    tokenizer = small_tokenizer  # the peer shares the learner's (small) vocabulary
     from policylab.models import loading as models
 
     path = tmp_path_factory.mktemp("peer-model")
@@ -318,8 +319,8 @@ def _scripted(ctx, outcomes):
     return dataclasses.replace(ctx, score=score)
 
 
-def test_graft_imports_the_whole_mixed_peer_group_of_an_all_fail_prompt(tiny_model_dir, tmp_path, other_model_dir):
-    tr = trainer(tiny_model_dir, tmp_path, "graft", {"peer_model": str(other_model_dir)},
+def test_graft_imports_the_whole_mixed_peer_group_of_an_all_fail_prompt(small_model_dir, tmp_path, other_model_dir):
+    tr = trainer(small_model_dir, tmp_path, "graft", {"peer_model": str(other_model_dir)},
                  rollout={**ROLLOUT, "prompts_per_step": 2})
     peer = tr.controllers["peer"]
     assert peer.name == other_model_dir.name and peer.model is not tr.model
@@ -395,8 +396,8 @@ def test_graft_a_less_compatible_borrowed_row_moves_the_policy_less():
     assert float(grad[0, 0]) == pytest.approx(-2.0, abs=1e-12)
 
 
-def test_graft_trains_with_an_initial_copy_peer_and_refuses_a_changed_peer_on_resume(tiny_model_dir, tmp_path):
-    tr = trainer(tiny_model_dir, tmp_path, "graft")
+def test_graft_trains_with_an_initial_copy_peer_and_refuses_a_changed_peer_on_resume(small_model_dir, tmp_path):
+    tr = trainer(small_model_dir, tmp_path, "graft")
     assert tr.controllers["peer"].name == "initial"
     state = tr.controllers["peer"].state_dict()
     assert set(state) == {"spec", "name", "fingerprint"}  # the weights are rebuilt, never stored
@@ -404,10 +405,10 @@ def test_graft_trains_with_an_initial_copy_peer_and_refuses_a_changed_peer_on_re
         tr.controllers["peer"].load_state_dict({**state, "fingerprint": "0" * 24})
 
 
-def test_erils_caps_external_rows_and_normalizes_per_source(tiny_model_dir, tmp_path, other_model_dir):
+def test_erils_caps_external_rows_and_normalizes_per_source(small_model_dir, tmp_path, other_model_dir):
     # parity rewards (mixed on a random model) and a cap that keeps some external rows and
     # rejects others on this seed, so both sources and the cap are exercised
-    tr = trainer(tiny_model_dir, tmp_path, "erils", {"external_model": str(other_model_dir), "external_cap": 6,
+    tr = trainer(small_model_dir, tmp_path, "erils", {"external_model": str(other_model_dir), "external_cap": 6,
                                                       "external_max_new_tokens": 6}, "trainer_utils:parity_reward")
     batch, _ = tr.collect()
     ext = batch.source_rows("external")
@@ -444,18 +445,18 @@ def test_erils_caps_external_rows_and_normalizes_per_source(tiny_model_dir, tmp_
 # ----------------------------------------------------------------------------- checkpoints
 
 
-def test_provenance_survives_checkpoint_and_resume(tiny_model_dir, tmp_path):
+def test_provenance_survives_checkpoint_and_resume(small_model_dir, tmp_path):
     # with staleness 1 the queue holds a mixed batch when the checkpoint is written
     sec = dict(rollout={**ROLLOUT, "staleness": 1}, train={"steps": 3})
     par = "trainer_utils:parity_reward"
-    a = trainer(tiny_model_dir, tmp_path / "a", "luffy", None, par, **sec)
+    a = trainer(small_model_dir, tmp_path / "a", "luffy", None, par, **sec)
     a.train_step()
     queued = a.stale_queue[0]
     assert "demonstration" in queued.sources
     a.save()
     ma = a.train_step()  # the uninterrupted run
     wa = weights(a.model)
-    b = trainer(tiny_model_dir, tmp_path / "a", "luffy", None, par, **sec)
+    b = trainer(small_model_dir, tmp_path / "a", "luffy", None, par, **sec)
     assert b.restore()
     back = b.stale_queue[0]
     assert back.source == queued.source and back.producer == queued.producer

@@ -52,12 +52,12 @@ def test_import_path_resolves_registers_and_refuses_bad_paths(example_on_path):
         methods.get("my methods:X")
 
 
-def test_trains_two_steps_on_the_tiny_model(example_on_path, tiny_model_dir, tmp_path):
+def test_trains_two_steps_on_the_tiny_model(example_on_path, small_model_dir, tmp_path):
     from trainer_utils import tiny_config
 
     from policylab.trainer.loop import Trainer
 
-    cfg = tiny_config(tiny_model_dir, tmp_path / "run", method=PATH, method_params={"adv_cap": 0.5},
+    cfg = tiny_config(small_model_dir, tmp_path / "run", method=PATH, method_params={"adv_cap": 0.5},
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4})
     tr = Trainer(cfg)
     start = {k: v.clone() for k, v in tr.model.state_dict().items()}
@@ -69,12 +69,12 @@ def test_trains_two_steps_on_the_tiny_model(example_on_path, tiny_model_dir, tmp
     assert moved > 0
 
 
-def test_a_received_run_naming_it_is_refused_without_the_trust_flag(example_on_path, tiny_model_dir, tmp_path):
+def test_a_received_run_naming_it_is_refused_without_the_trust_flag(example_on_path, small_model_dir, tmp_path):
     from policylab.trainer.resume import load_received_run
 
     run = tmp_path / "received"
     run.mkdir()
-    (run / "config.yaml").write_text(yaml.safe_dump({"method": PATH, "model": str(tiny_model_dir),
+    (run / "config.yaml").write_text(yaml.safe_dump({"method": PATH, "model": str(small_model_dir),
                                                      "run_dir": str(run), "task": {"reward": "exact_numeric"}}))
     with pytest.raises(UntrustedImportError, match=r"`my_methods\.family` \(method = 'my_methods\.family:CAPPED_PG'\)"):
         load_received_run(run, allow_imports=False)

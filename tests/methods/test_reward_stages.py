@@ -20,12 +20,12 @@ from policylab.trainer.loop import Trainer
 from trainer_utils import tiny_config
 
 
-def _trainer(tiny_model_dir, tmp_path, name, prepared=None, **sections):
-    # prepared: the session's `prepared_dir` for RFPO (its critic is trained once)
-    ex = exercise_settings(name, model=str(tiny_model_dir), workdir=prepared or tmp_path / "prepared")
+def _trainer(small_model_dir, tmp_path, name, prepared=None, **sections):
+    # prepared: the session's `small_prepared_dir` for RFPO (its critic is trained once)
+    ex = exercise_settings(name, model=str(small_model_dir), workdir=prepared or tmp_path / "prepared")
     params = {**ex.pop("method_params", {}), **sections.pop("method_params", {})}
     merged = {k: {**ex.get(k, {}), **sections.get(k, {})} for k in set(ex) | set(sections)}
-    return Trainer(tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params=params, **merged))
+    return Trainer(tiny_config(small_model_dir, tmp_path / name, method=name, method_params=params, **merged))
 
 
 def _sampled(tr, n=2):
@@ -50,10 +50,10 @@ def _naive_continuation(model, batch, i, cont, k, eos):
     return sum(float(logp[t - 1, ids[0, t]]) for t in range(n - k, n))
 
 
-def test_continuation_logprobs_equal_an_unpadded_forward(tiny_model_dir, tmp_path):
+def test_continuation_logprobs_equal_an_unpadded_forward(small_model_dir, tmp_path):
     # rows of different prompt and reply lengths (left padding of the prompt, right padding
     # of the replies, trailing EOS stripped): every row must equal its own unpadded forward
-    tr = _trainer(tiny_model_dir, tmp_path, "rlcpr", rollout={"max_new_tokens": 6, "group_size": 3,
+    tr = _trainer(small_model_dir, tmp_path, "rlcpr", rollout={"max_new_tokens": 6, "group_size": 3,
                                                                "prompts_per_step": 2})
     s, _ = _sampled(tr, 2)
     b = s.batch
@@ -77,8 +77,8 @@ def test_continuation_logprobs_equal_an_unpadded_forward(tiny_model_dir, tmp_pat
         tr.worker.continuation_logprobs(b, conts, [0] * b.size)
 
 
-def test_rlcpr_posteriors_come_from_the_policy_forward(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path, "rlcpr", method_params={"length_threshold": 0.0, "posterior_range": 1.0})
+def test_rlcpr_posteriors_come_from_the_policy_forward(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path, "rlcpr", method_params={"length_threshold": 0.0, "posterior_range": 1.0})
     s, ctx = _sampled(tr)
     st = _stage(tr, cr.rlcpr_posterior)
     s.batch = s.batch.replace(rewards=torch.ones(s.batch.size))
@@ -101,8 +101,8 @@ def test_rlcpr_posteriors_come_from_the_policy_forward(tiny_model_dir, tmp_path)
 
 
 # ----------------------------------------------------------------------------- rlcr, mad_rl
-def test_rlcr_stage_penalty_path_and_separate_logging(tiny_model_dir, tmp_path):
-    tr = _trainer(tiny_model_dir, tmp_path, "rlcr")
+def test_rlcr_stage_penalty_path_and_separate_logging(small_model_dir, tmp_path):
+    tr = _trainer(small_model_dir, tmp_path, "rlcr")
     s, ctx = _sampled(tr)
     a = s.examples[0].answer
     texts = [f"{a}\nConfidence: 0.9", f"{a}\nConfidence: 1.4", "x\nConfidence: 0.2", f"{a}"]
@@ -117,10 +117,10 @@ def test_rlcr_stage_penalty_path_and_separate_logging(tiny_model_dir, tmp_path):
     assert info["calibration/out_of_range_frac"] == 0.25 and info["calibration/missing_frac"] == 0.25
 
 
-def test_mad_rl_stage_maps_classes_and_keeps_invalid_replies(tiny_model_dir, tmp_path):
+def test_mad_rl_stage_maps_classes_and_keeps_invalid_replies(small_model_dir, tmp_path):
     from policylab.kernels.rewards.distribution import mad_rl_rewards
 
-    tr = _trainer(tiny_model_dir, tmp_path, "mad_rl", rollout={"group_size": 4})
+    tr = _trainer(small_model_dir, tmp_path, "mad_rl", rollout={"group_size": 4})
     s, ctx = _sampled(tr, 1)
     classes = s.examples[0].meta["classes"]
     s.texts = [classes[0], classes[0] + ".", classes[1], "no idea"]
@@ -137,9 +137,9 @@ def test_mad_rl_stage_maps_classes_and_keeps_invalid_replies(tiny_model_dir, tmp
     assert info["distribution/invalid_frac"] == 0.25
 
 
-def test_mad_rl_stage_reads_the_task_mapper(tiny_model_dir, tmp_path):
+def test_mad_rl_stage_reads_the_task_mapper(small_model_dir, tmp_path):
     # task.class_mapper=single_mention: chatty replies naming one outcome are classes, not invalid
-    tr = _trainer(tiny_model_dir, tmp_path, "mad_rl", rollout={"group_size": 4}, task={"class_mapper": "single_mention"})
+    tr = _trainer(small_model_dir, tmp_path, "mad_rl", rollout={"group_size": 4}, task={"class_mapper": "single_mention"})
     s, ctx = _sampled(tr, 1)
     classes = s.examples[0].meta["classes"]
     assert s.examples[0].meta["mapper"] == "single_mention"
@@ -154,10 +154,10 @@ def test_mad_rl_stage_reads_the_task_mapper(tiny_model_dir, tmp_path):
 
 # ----------------------------------------------------------------------------- code_opt
 @pytest.mark.skipif(not (sb.probe()["network"] and sb.probe()["filesystem"]), reason="no sandbox here")
-def test_code_opt_stage_gates_on_the_tests(tiny_model_dir, tmp_path):
+def test_code_opt_stage_gates_on_the_tests(small_model_dir, tmp_path):
     from policylab.tasks.code import PROBLEMS
 
-    tr = _trainer(tiny_model_dir, tmp_path, "code_opt", rollout={"max_new_tokens": 4})
+    tr = _trainer(small_model_dir, tmp_path, "code_opt", rollout={"max_new_tokens": 4})
     s, ctx = _sampled(tr, 1)
     name = s.examples[0].answer
     ref = PROBLEMS[name].reference
@@ -175,13 +175,13 @@ def test_code_opt_stage_gates_on_the_tests(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.skipif(not (sb.probe()["network"] and sb.probe()["filesystem"]), reason="no sandbox here")
-def test_code_opt_stops_malicious_candidates_scores_them_zero_and_the_run_goes_on(tiny_model_dir, tmp_path):
+def test_code_opt_stops_malicious_candidates_scores_them_zero_and_the_run_goes_on(small_model_dir, tmp_path):
     import tempfile
     from pathlib import Path
 
     from policylab.tasks.code import PROBLEMS
 
-    tr = _trainer(tiny_model_dir, tmp_path, "code_opt", rollout={"max_new_tokens": 4})
+    tr = _trainer(small_model_dir, tmp_path, "code_opt", rollout={"max_new_tokens": 4})
     s, ctx = _sampled(tr, 3)  # 3 prompts x 2 samples: six rows
     name = s.examples[0].answer
     marker = Path(tempfile.mkdtemp(prefix="policylab-marker-"))
@@ -208,8 +208,8 @@ def test_code_opt_stops_malicious_candidates_scores_them_zero_and_the_run_goes_o
 
 
 # ----------------------------------------------------------------------------- rfpo
-def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tiny_model_dir, tmp_path, prepared_dir):
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
+def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(small_model_dir, tmp_path, small_prepared_dir):
+    tr = _trainer(small_model_dir, tmp_path, "rfpo", small_prepared_dir)
     critic = tr.controllers["frozen_critic"]
     params = list(critic.parameters())
     assert params and all(not p.requires_grad for p in params)
@@ -229,8 +229,8 @@ def test_rfpo_critic_is_frozen_in_no_optimizer_group_and_unchanged_by_a_step(tin
     assert "rfpo/critic_final_mean" in m
 
 
-def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path, prepared_dir):
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
+def test_rfpo_reward_does_not_read_the_gold_answer(small_model_dir, tmp_path, small_prepared_dir):
+    tr = _trainer(small_model_dir, tmp_path, "rfpo", small_prepared_dir)
     s, ctx = _sampled(tr)
     st = _stage(tr, mr.rfpo_critic)
     right, _ = st.fn(s, ctx.for_stage(tr.method, st))
@@ -240,11 +240,11 @@ def test_rfpo_reward_does_not_read_the_gold_answer(tiny_model_dir, tmp_path, pre
     torch.testing.assert_close(right["extras"]["critic_values"], flipped["extras"]["critic_values"])
 
 
-def test_rfpo_reward_stage_never_calls_the_verifier(tiny_model_dir, tmp_path, prepared_dir):
+def test_rfpo_reward_stage_never_calls_the_verifier(small_model_dir, tmp_path, small_prepared_dir):
     # "no verifier during RL": the critic's forecast is the reward, so the reward stage must
     # work with a task whose verifier cannot score anything (it used to call it on every reply
     # and stop the step on None)
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
+    tr = _trainer(small_model_dir, tmp_path, "rfpo", small_prepared_dir)
     s, ctx = _sampled(tr)
     st = _stage(tr, mr.rfpo_critic)
     calls = []
@@ -270,15 +270,16 @@ def test_rfpo_reward_stage_never_calls_the_verifier(tiny_model_dir, tmp_path, pr
     assert changes["outcome"]["correct"].tolist() == [float(x) for x in (finished & (vhat >= tr.method.p.tau)).tolist()]
 
 
-def test_rfpo_state_is_the_critic_path_and_refuses_another_critic(tiny_model_dir, tmp_path, prepared_dir):
-    tr = _trainer(tiny_model_dir, tmp_path, "rfpo", prepared_dir)
+def test_rfpo_state_is_the_critic_path_and_refuses_another_critic(small_model_dir, tmp_path, small_prepared_dir):
+    tr = _trainer(small_model_dir, tmp_path, "rfpo", small_prepared_dir)
     st = tr.controllers["frozen_critic"].state_dict()
     assert set(st) == {"path", "fingerprint", "head_sha"}  # no weights in the run's checkpoint
     with pytest.raises(CriticError, match="another critic"):
         tr.controllers["frozen_critic"].load_state_dict({**st, "head_sha": "0" * 32})
 
 
-def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model_dir, tmp_path, tokenizer, prepared_dir):
+def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(small_model_dir, tmp_path, small_tokenizer,
+                                                                      small_prepared_dir):
     from policylab.models import loading as models
     from policylab.methods.spec import RunShape
 
@@ -286,7 +287,7 @@ def test_rfpo_refuses_a_missing_critic_and_a_critic_for_other_weights(tiny_model
         methods.get("rfpo").with_params({}, RunShape()).state_objects(0)
     with pytest.raises(Exception, match="no critic.json"):
         methods.get("rfpo").with_params({"critic_path": str(tmp_path)}, RunShape())
-    path = exercise_settings("rfpo", model=str(tiny_model_dir), workdir=prepared_dir)["method_params"]["critic_path"]
-    other = models.tiny_llama(tokenizer, seed=1)
+    path = exercise_settings("rfpo", model=str(small_model_dir), workdir=small_prepared_dir)["method_params"]["critic_path"]
+    other = models.tiny_llama(small_tokenizer, seed=1)
     with pytest.raises(CriticError, match="other base weights"):
         FrozenCritic(path, base=other)

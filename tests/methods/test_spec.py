@@ -120,12 +120,12 @@ def test_no_hidden_parameter_default_anywhere_in_the_package():
 # ----------------------------------------------------------------------------- stage contracts
 
 
-def test_a_stage_that_writes_an_undeclared_field_is_refused(tiny_model_dir, tmp_path):
+def test_a_stage_that_writes_an_undeclared_field_is_refused(small_model_dir, tmp_path):
     from policylab.trainer.rollout import apply_changes
     from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r"))
     batch, _ = tr.collect()
     stage = Stage("reward", lambda s, ctx: None, name="sneaky", writes=("rewards",))
     with pytest.raises(PolicylabError, match="stage `sneaky` writes `greedy_rewards` without declaring it"):
@@ -157,7 +157,7 @@ def test_composed_methods_reuse_the_host_objective():
 # ----------------------------------------------------------------------------- gradient stage seam
 
 
-def test_gradient_stages_run_between_backward_and_the_step(tiny_model_dir, tmp_path):
+def test_gradient_stages_run_between_backward_and_the_step(small_model_dir, tmp_path):
     """A method with a gradient stage: it sees the accumulated gradient (after the last
     micro-batch's backward) and what it does to it is what the optimizer applies."""
     from policylab.trainer.loop import Trainer
@@ -175,7 +175,7 @@ def test_gradient_stages_run_between_backward_and_the_step(tiny_model_dir, tmp_p
     probe = dataclasses.replace(base, name="grpo_probe", grad=(Stage("grad", zero_embedding_grad),))
     methods.register(probe)
     try:
-        cfg = tiny_config(tiny_model_dir, tmp_path / "g", method="grpo_probe", train={"grad_clip": 0.0},
+        cfg = tiny_config(small_model_dir, tmp_path / "g", method="grpo_probe", train={"grad_clip": 0.0},
                           rollout={"group_size": 4})
         tr = Trainer(cfg)
         emb = tr.model.get_input_embeddings().weight
@@ -192,20 +192,20 @@ def test_gradient_stages_run_between_backward_and_the_step(tiny_model_dir, tmp_p
 # ----------------------------------------------------------------------------- backend seam
 
 
-def test_local_backends_implement_the_protocols(tiny_model_dir, tmp_path):
+def test_local_backends_implement_the_protocols(small_model_dir, tmp_path):
     from policylab.backends import PolicyWorker, RolloutBackend
     from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "b"))
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "b"))
     assert isinstance(tr.rollout, RolloutBackend) and isinstance(tr.worker, PolicyWorker)
 
 
-def test_rollout_backend_refuses_a_version_it_was_not_synced_to(tiny_model_dir, tmp_path):
+def test_rollout_backend_refuses_a_version_it_was_not_synced_to(small_model_dir, tmp_path):
     from policylab.trainer.loop import Trainer
     from trainer_utils import tiny_config
 
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "v", rollout={"group_size": 4}))
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "v", rollout={"group_size": 4}))
     tr.train_step()
     assert tr.policy_version >= 1 and tr.rollout.version == tr.policy_version  # synced after every update
     tr.rollout.sync_weights(tr.policy_version - 1)

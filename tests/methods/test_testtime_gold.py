@@ -54,8 +54,8 @@ def _patch(tr: Trainer, wrong_gold: bool) -> None:
     tr.rollout.greedy = greedy
 
 
-def _step(name, tiny_model_dir, run_dir: Path, wrong_gold: bool):
-    cfg = tiny_config(tiny_model_dir, run_dir, method=name, method_params={}, task={"reward": "exact_numeric"},
+def _step(name, small_model_dir, run_dir: Path, wrong_gold: bool):
+    cfg = tiny_config(small_model_dir, run_dir, method=name, method_params={}, task={"reward": "exact_numeric"},
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4})
     tr = Trainer(cfg)
     _patch(tr, wrong_gold)
@@ -65,9 +65,9 @@ def _step(name, tiny_model_dir, run_dir: Path, wrong_gold: bool):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_wrong_gold_answers_leave_the_update_bit_identical(name, tiny_model_dir, tmp_path):
-    a, start, ma = _step(name, tiny_model_dir, tmp_path / "true", wrong_gold=False)
-    b, _, mb = _step(name, tiny_model_dir, tmp_path / "wrong", wrong_gold=True)
+def test_wrong_gold_answers_leave_the_update_bit_identical(name, small_model_dir, tmp_path):
+    a, start, ma = _step(name, small_model_dir, tmp_path / "true", wrong_gold=False)
+    b, _, mb = _step(name, small_model_dir, tmp_path / "wrong", wrong_gold=True)
     assert a.policy_version == b.policy_version == 1
     wa, wb = a.model.state_dict(), b.model.state_dict()
     assert any(not torch.equal(wa[k], start[k]) for k in wa), "the update moved nothing"
@@ -97,10 +97,10 @@ def _unreadable_gold(tr: Trainer) -> None:
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_no_test_time_stage_reads_gold(name, tiny_model_dir, tmp_path):
+def test_no_test_time_stage_reads_gold(name, small_model_dir, tmp_path):
     # a training step with gold answers that raise on any use: nothing of the step reads
     # them (sources, rewards, filters, advantages, the loss), and it trains
-    cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params={}, task={"reward": "exact_numeric"},
+    cfg = tiny_config(small_model_dir, tmp_path / name, method=name, method_params={}, task={"reward": "exact_numeric"},
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4})
     tr = Trainer(cfg)
     _patch(tr, wrong_gold=False)
@@ -109,9 +109,9 @@ def test_no_test_time_stage_reads_gold(name, tiny_model_dir, tmp_path):
     assert tr.policy_version == 1
 
 
-def test_an_unreadable_gold_answer_is_noticed_where_gold_is_read(tiny_model_dir, tmp_path):
+def test_an_unreadable_gold_answer_is_noticed_where_gold_is_read(small_model_dir, tmp_path):
     # the control: GRPO's verifier reads the gold answer, and the step stops on it
-    cfg = tiny_config(tiny_model_dir, tmp_path / "grpo", method="grpo", method_params={},
+    cfg = tiny_config(small_model_dir, tmp_path / "grpo", method="grpo", method_params={},
                       task={"reward": "exact_numeric"}, rollout={"prompts_per_step": 2, "group_size": 4,
                                                                    "max_new_tokens": 4})
     tr = Trainer(cfg)
@@ -121,12 +121,12 @@ def test_an_unreadable_gold_answer_is_noticed_where_gold_is_read(tiny_model_dir,
 
 
 @pytest.mark.parametrize("name", ["ttpo", "probe_erpo"])
-def test_update_with_real_majorities_does_not_depend_on_the_micro_batch_size(name, tiny_model_dir, tmp_path):
+def test_update_with_real_majorities_does_not_depend_on_the_micro_batch_size(name, small_model_dir, tmp_path):
     # the generic invariance test sees no parseable answer from the random model (every TTPO
     # group is ineligible); here the replies carry majorities and dissents, so both terms train
     from test_same_update import _directions, _record_grads
 
-    cfg = tiny_config(tiny_model_dir, tmp_path / name, method=name, method_params={}, task={"reward": "exact_numeric"},
+    cfg = tiny_config(small_model_dir, tmp_path / name, method=name, method_params={}, task={"reward": "exact_numeric"},
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 5},
                       train={"dtype": "fp64", "grad_clip": 0.0})
     tr = Trainer(cfg)
@@ -170,10 +170,10 @@ def _votes(tr: Trainer) -> None:
     tr.rollout.decode = decode
 
 
-def _ttrl_step(tiny_model_dir, run_dir: Path, micro_batch_size: int) -> tuple[dict, dict, dict]:
+def _ttrl_step(small_model_dir, run_dir: Path, micro_batch_size: int) -> tuple[dict, dict, dict]:
     """One trainer step of TTRL (fp64, one optimizer step on the whole batch): (metrics,
     the gradient the optimizer saw, the weight update)."""
-    cfg = tiny_config(tiny_model_dir, run_dir, method="ttrl", method_params={},
+    cfg = tiny_config(small_model_dir, run_dir, method="ttrl", method_params={},
                       rollout={"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 5},
                       train={"dtype": "fp64", "grad_clip": 0.0, "steps": 1, "micro_batch_size": micro_batch_size})
     tr = Trainer(cfg)
@@ -192,13 +192,13 @@ def _ttrl_step(tiny_model_dir, run_dir: Path, micro_batch_size: int) -> tuple[di
     return m, grads, {k: v - start[k] for k, v in tr.model.state_dict().items()}
 
 
-def test_ttrl_update_with_real_majorities_does_not_depend_on_the_micro_batch_size(tiny_model_dir, tmp_path):
+def test_ttrl_update_with_real_majorities_does_not_depend_on_the_micro_batch_size(small_model_dir, tmp_path):
     # the generic invariance test skips TTRL (the random model has no majority). Here the
     # votes are real (see `_votes`): the eligibility filter drops a tied group and the step
     # is refilled, GRPO's advantage uses whole groups, seq_mean_token_mean normalizes per
     # sequence over the whole optimizer step; the 12 trained rows go through in
     # micro-batches of 1 and 2 rows (groups of 4 split across them) and all at once.
-    runs = {mbs: _ttrl_step(tiny_model_dir, tmp_path / f"mbs{mbs}", mbs) for mbs in (1, 2, 12)}
+    runs = {mbs: _ttrl_step(small_model_dir, tmp_path / f"mbs{mbs}", mbs) for mbs in (1, 2, 12)}
     m, grads, delta = runs[12]
     assert m["filter/filtered_fraction"] == 0.25 and m["filter/refill_rounds"] == 1  # the tie, then a refill
     assert m["rollout/sequences"] == 12 and m["optimizer_steps"] == 1

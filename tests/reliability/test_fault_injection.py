@@ -30,7 +30,7 @@ import pytest
 import torch
 import yaml
 
-from cli_utils import assert_one_clear_error, cli, fingerprint, popen, write_config
+from cli_utils import assert_one_clear_error, cli, cli_inprocess, fingerprint, popen, write_config
 
 
 def run_cli(capsys, *args) -> tuple[int, str]:
@@ -56,12 +56,12 @@ CKPT_LOG = "{tensorboard: true, progress: false, plot_every: 1, checkpoint_every
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_model_dir, tmp_path_factory):
+def trained(small_model_dir, tmp_path_factory):
     """A finished 2-step run (checkpoints step_1 and step_2, plots, TensorBoard); copy it."""
     from policylab.cli import main
 
     root = tmp_path_factory.mktemp("trained2")
-    cfg = write_config(root / "c.yaml", tiny_model_dir, root / "run", log=CKPT_LOG)
+    cfg = write_config(root / "c.yaml", small_model_dir, root / "run", log=CKPT_LOG)
     assert main(["train", str(cfg)]) == 0
     return root / "run"
 
@@ -98,12 +98,12 @@ def _user_files(tmp_path: Path) -> Path:
     ("run_dir=" + "r" * 300, ["run_dir is too long", "300 bytes", "limit is 255"]),
     ("train.lr=.inf", ["`train.lr` is inf", "must be finite"]),
 ])
-def test_a_bad_value_is_refused_before_anything_is_written(tiny_model_dir, tmp_path, capsys, monkeypatch,
+def test_a_bad_value_is_refused_before_anything_is_written(small_model_dir, tmp_path, capsys, monkeypatch,
                                                             override, needles):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    cfg = write_config(work / "c.yaml", tiny_model_dir, tmp_path / "run")
+    cfg = write_config(work / "c.yaml", small_model_dir, tmp_path / "run")
     if "device=cuda" in override and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     before = fingerprint(work)
@@ -112,13 +112,13 @@ def test_a_bad_value_is_refused_before_anything_is_written(tiny_model_dir, tmp_p
     assert fingerprint(work) == before and sorted(p.name for p in work.iterdir()) == ["c.yaml"]
 
 
-def test_a_run_dir_with_a_tilde_is_expanded_not_created_literally(tiny_model_dir, tmp_path, capsys, monkeypatch):
+def test_a_run_dir_with_a_tilde_is_expanded_not_created_literally(small_model_dir, tmp_path, capsys, monkeypatch):
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(work)
-    cfg = write_config(work / "c.yaml", tiny_model_dir, "~/runs/x", steps=1)
+    cfg = write_config(work / "c.yaml", small_model_dir, "~/runs/x", steps=1)
     rc, err = run_cli(capsys, "train", cfg)
     assert rc == 0, err[-2000:]
     assert (home / "runs" / "x" / "report.json").is_file()
@@ -126,24 +126,24 @@ def test_a_run_dir_with_a_tilde_is_expanded_not_created_literally(tiny_model_dir
     assert yaml.safe_load((home / "runs" / "x" / "config.yaml").read_text())["run_dir"] == str(home / "runs" / "x")
 
 
-def test_compare_with_a_negative_seed_is_refused_at_plan(tiny_model_dir, tmp_path, capsys):
+def test_compare_with_a_negative_seed_is_refused_at_plan(small_model_dir, tmp_path, capsys):
     c = tmp_path / "cmp.yaml"
     c.write_text(yaml.safe_dump({"out_dir": str(tmp_path / "out"), "methods": ["grpo"], "seeds": [-1],
                                  "budget": {"steps": 1},
-                                 "run": {"model": str(tiny_model_dir), "rollout": {"prompts_per_step": 2,
+                                 "run": {"model": str(small_model_dir), "rollout": {"prompts_per_step": 2,
                                                                                    "group_size": 2}}}))
     for extra in (["--plan"], []):
         one_line(*run_cli(capsys, "compare", c, *extra), "seed must be in [0, 4294967295]", "got -1")
     assert not (tmp_path / "out").exists()
 
 
-def test_compare_report_dir_that_is_a_file_is_one_line(tiny_model_dir, tmp_path, capsys):
+def test_compare_report_dir_that_is_a_file_is_one_line(small_model_dir, tmp_path, capsys):
     mine = tmp_path / "existing.txt"
     mine.write_text("my file")
     c = tmp_path / "cmp.yaml"
     c.write_text(yaml.safe_dump({"out_dir": str(tmp_path / "out"), "report_dir": str(mine), "methods": ["grpo"],
                                  "seeds": [0], "budget": {"steps": 1},
-                                 "run": {"model": str(tiny_model_dir), "eval": {"n": 2, "max_new_tokens": 4},
+                                 "run": {"model": str(small_model_dir), "eval": {"n": 2, "max_new_tokens": 4},
                                          "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4}}}))
     one_line(*run_cli(capsys, "compare", c, "--report-only"), str(mine))
     assert mine.read_text() == "my file"
@@ -218,9 +218,9 @@ def test_a_stale_lock_is_reported_and_taken_over(trained, tmp_path, capsys):
     assert not (run / ".policylab.lock").exists()  # released at the end
 
 
-def test_two_trains_on_one_new_run_directory(tiny_model_dir, tmp_path):
+def test_two_trains_on_one_new_run_directory(small_model_dir, tmp_path):
     run = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", tiny_model_dir, run, steps=3)
+    cfg = write_config(tmp_path / "c.yaml", small_model_dir, run, steps=3)
     procs = [popen("train", cfg) for _ in range(2)]
     codes, errs = [], []
     for p in procs:
@@ -267,11 +267,11 @@ def test_a_tensor_whose_dtype_was_changed_is_refused(trained, tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("key, value", [("method", "dr_grpo"), ("model", "COPY"), ("rollout.temperature", 0.7)])
-def test_a_config_edited_after_the_run_is_refused(trained, tiny_model_dir, tmp_path, capsys, key, value):
+def test_a_config_edited_after_the_run_is_refused(trained, small_model_dir, tmp_path, capsys, key, value):
     run = _copy(trained, tmp_path)
     if value == "COPY":  # another model of the same shape
         value = str(tmp_path / "same-shape")
-        shutil.copytree(tiny_model_dir, value)
+        shutil.copytree(small_model_dir, value)
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     node = cfg
     *parents, last = key.split(".")
@@ -309,9 +309,9 @@ def test_a_state_json_with_a_wrong_field_is_refused(trained, tmp_path, capsys, e
 
 
 # ---------------------------------------------------------------------------- signals
-def test_sigterm_during_train_says_what_is_intact(tiny_model_dir, tmp_path):
+def test_sigterm_during_train_says_what_is_intact(small_model_dir, tmp_path):
     run = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", tiny_model_dir, run, steps=200,
+    cfg = write_config(tmp_path / "c.yaml", small_model_dir, run, steps=200,
                        log="{tensorboard: false, progress: false, plot_every: 0, checkpoint_every: 1}")
     proc = popen("train", cfg)
     latest = run / "checkpoints" / "LATEST"
@@ -329,11 +329,13 @@ def test_sigterm_during_train_says_what_is_intact(tiny_model_dir, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("policylab: terminated (SIGTERM) at step "), err[-2000:]
     assert "last checkpoint: step_" in lines[0] and f"`policylab resume {run} --allow-imports`" in lines[0]
     assert not (run / ".policylab.lock").exists()
-    res = cli("resume", run, "--allow-imports", "--set", "train.steps=" + str(int(latest.read_text()[5:]) + 1))
+    # the signal is the subprocess's point; the resume after it runs in process
+    res = cli_inprocess("resume", run, "--allow-imports", "--set",
+                        "train.steps=" + str(int(latest.read_text()[5:]) + 1))
     assert res.returncode == 0, res.stderr[-2000:]
 
 
-def test_a_full_disk_while_logging_names_the_file_and_the_intact_checkpoint(tiny_model_dir, tmp_path, capsys,
+def test_a_full_disk_while_logging_names_the_file_and_the_intact_checkpoint(small_model_dir, tmp_path, capsys,
                                                                             monkeypatch):
     from policylab.trainer import runlog
 
@@ -353,7 +355,7 @@ def test_a_full_disk_while_logging_names_the_file_and_the_intact_checkpoint(tiny
 
     monkeypatch.setattr(runlog.RunLog, "log", log)
     run = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", tiny_model_dir, run, steps=3,
+    cfg = write_config(tmp_path / "c.yaml", small_model_dir, run, steps=3,
                        log="{tensorboard: false, progress: false, plot_every: 0, checkpoint_every: 1}")
     one_line(*run_cli(capsys, "train", cfg), "no space left on device", str(run / "metrics.jsonl"),
              "step_000001, is intact", f"policylab resume {run}")
@@ -361,9 +363,9 @@ def test_a_full_disk_while_logging_names_the_file_and_the_intact_checkpoint(tiny
 
 
 # ---------------------------------------------------------------------- raw tracebacks
-def test_a_model_with_a_malicious_pickle_is_refused_and_nothing_runs(tiny_model_dir, tmp_path, capsys):
+def test_a_model_with_a_malicious_pickle_is_refused_and_nothing_runs(small_model_dir, tmp_path, capsys):
     model = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model)
+    shutil.copytree(small_model_dir, model)
     marker = tmp_path / "marker"
 
     class Payload:
@@ -384,10 +386,10 @@ def test_explain_plot_into_a_folder_is_one_line(tmp_path, capsys):
     one_line(*run_cli(capsys, "explain", "grpo", "--plot", folder), str(folder))
 
 
-def test_a_jsonl_with_word_answers_is_one_line(tiny_model_dir, tmp_path, capsys):
+def test_a_jsonl_with_word_answers_is_one_line(small_model_dir, tmp_path, capsys):
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"What is {i} + {i}?", "answer": "four"}) + "\n" for i in range(8)))
-    cfg = write_config(tmp_path / "c.yaml", tiny_model_dir, tmp_path / "run", steps=1,
+    cfg = write_config(tmp_path / "c.yaml", small_model_dir, tmp_path / "run", steps=1,
                        task=f'{{name: jsonl, path: "{data}"}}')
     rc, err = run_cli(capsys, "train", cfg)
     if rc == 0:
@@ -420,7 +422,7 @@ def _previous_pipeline_run(run: Path) -> None:
 
 @pytest.mark.parametrize("case", ["wrong model", "sft.lr=.inf", "run_dir=/", "foreign sft", "linked sft",
                                   "sft is a file", "foreign report.md", "foreign file in sft"])
-def test_a_pipeline_deletes_nothing_before_every_check_passed(tiny_model_dir, tmp_path, capsys, case):
+def test_a_pipeline_deletes_nothing_before_every_check_passed(small_model_dir, tmp_path, capsys, case):
     run = tmp_path / "run"
     user = _user_files(tmp_path)
     sets, needles, overwrite = [], [], ["--overwrite"]
@@ -452,17 +454,17 @@ def test_a_pipeline_deletes_nothing_before_every_check_passed(tiny_model_dir, tm
         (run / "sft" / "notes.txt").write_text("mine")
         needles = [str(run / "sft"), "holds notes.txt, which the pipeline did not write"]
     c = tmp_path / "p.yaml"
-    c.write_text(yaml.safe_dump(_rlhf_cfg(tiny_model_dir, run)))
+    c.write_text(yaml.safe_dump(_rlhf_cfg(small_model_dir, run)))
     before = fingerprint(run, user)
     args = ["pipeline", "ppo_rlhf", c, *overwrite] + [x for s in sets for x in ("--set", s)]
     one_line(*run_cli(capsys, *args), *needles)
     assert fingerprint(run, user) == before
 
 
-def test_fusion_refuses_nan_alphas_before_any_expert_trains(tiny_model_dir, tmp_path, capsys):
+def test_fusion_refuses_nan_alphas_before_any_expert_trains(small_model_dir, tmp_path, capsys):
     run = tmp_path / "run"
     c = tmp_path / "f.yaml"
-    c.write_text(yaml.safe_dump({"pipeline": "fusion", "run_dir": str(run), "model": str(tiny_model_dir)}))
+    c.write_text(yaml.safe_dump({"pipeline": "fusion", "run_dir": str(run), "model": str(small_model_dir)}))
     one_line(*run_cli(capsys, "pipeline", "fusion", c, "--set", "merge.alphas=[.nan, 0.5]"), "`merge.alphas[0]` is nan")
     assert not run.exists()
 

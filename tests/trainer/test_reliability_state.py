@@ -113,8 +113,8 @@ def test_unknown_field_of_an_allowed_dataclass_is_refused(tmp_path):
         safestate.decode(doc, tensors)
 
 
-def test_trainer_state_with_stale_queue_and_controllers_round_trips(tiny_model_dir, tmp_path):
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="online_icepop", method_params={},
+def test_trainer_state_with_stale_queue_and_controllers_round_trips(small_model_dir, tmp_path):
+    cfg = tiny_config(small_model_dir, tmp_path / "r", method="online_icepop", method_params={},
                       rollout={"staleness": 0}, train={"steps": 3})
     tr = Trainer(cfg)
     tr.train_step()
@@ -124,7 +124,7 @@ def test_trainer_state_with_stale_queue_and_controllers_round_trips(tiny_model_d
     (tmp_path / "s").mkdir()
     _same(st, _roundtrip(st, tmp_path / "s"))
 
-    cfg = tiny_config(tiny_model_dir, tmp_path / "q", method="missing_old_logits", method_params={},
+    cfg = tiny_config(small_model_dir, tmp_path / "q", method="missing_old_logits", method_params={},
                       rollout={"staleness": 2}, train={"steps": 4})
     tr = Trainer(cfg)
     tr.train_step()
@@ -172,8 +172,8 @@ def test_resume_with_stale_queue_and_optimizer_state_equals_the_uninterrupted_ru
                 assert a[key] == b[key], key
 
 
-def test_checkpoint_files_are_json_and_safetensors_only(tiny_model_dir, tmp_path):
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
+def test_checkpoint_files_are_json_and_safetensors_only(small_model_dir, tmp_path):
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r"))
     tr.train_step()
     path = tr.save()
     assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model.safetensors", "state.json",
@@ -182,10 +182,10 @@ def test_checkpoint_files_are_json_and_safetensors_only(tiny_model_dir, tmp_path
     assert doc["format"] == safestate.FORMAT
 
 
-def _legacy_run(tiny_model_dir, tmp_path, payload_marker=None):
+def _legacy_run(small_model_dir, tmp_path, payload_marker=None):
     """A run whose checkpoint is in the old pickle format; with a marker, its state.pt
     carries a payload that writes the marker file when unpickled."""
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r"))
     tr.train_step()
     path = tr.save()
     state = tr.state()
@@ -201,9 +201,9 @@ def _legacy_run(tiny_model_dir, tmp_path, payload_marker=None):
     return tr, path
 
 
-def test_old_pickle_checkpoint_is_refused_with_the_conversion_command(tiny_model_dir, tmp_path):
+def test_old_pickle_checkpoint_is_refused_with_the_conversion_command(small_model_dir, tmp_path):
     marker = tmp_path / "marker"
-    tr, path = _legacy_run(tiny_model_dir, tmp_path, payload_marker=marker)
+    tr, path = _legacy_run(small_model_dir, tmp_path, payload_marker=marker)
     with pytest.raises(CheckpointError, match="convert-checkpoint .* --i-trust-this-file"):
         tr.restore()
     with pytest.raises(CheckpointError, match="old pickle|convert-checkpoint"):
@@ -211,8 +211,8 @@ def test_old_pickle_checkpoint_is_refused_with_the_conversion_command(tiny_model
     assert not marker.exists()
 
 
-def test_latest_outside_the_run_is_never_followed(tiny_model_dir, tmp_path):
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
+def test_latest_outside_the_run_is_never_followed(small_model_dir, tmp_path):
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r"))
     tr.train_step()
     tr.save()
     latest = tr.run_dir / "checkpoints" / "LATEST"
@@ -239,8 +239,8 @@ def test_latest_outside_the_run_is_never_followed(tiny_model_dir, tmp_path):
         preflight(tr.run_dir)
 
 
-def test_non_finite_weights_are_never_written(tiny_model_dir, tmp_path):
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r"))
+def test_non_finite_weights_are_never_written(small_model_dir, tmp_path):
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r"))
     tr.train_step()
     good = tr.save()
     with torch.no_grad():

@@ -9,8 +9,8 @@ from trainer_utils import tiny_config
 
 
 @pytest.mark.parametrize("engine", ["hf", "fast", "auto"])
-def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(tiny_model_dir, tmp_path, engine):
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="tis", method_params={},
+def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(small_model_dir, tmp_path, engine):
+    cfg = tiny_config(small_model_dir, tmp_path / "r", method="tis", method_params={},
                       rollout={"engine_dtype": "bf16", "engine": engine, "group_size": 4})
     tr = Trainer(cfg)
     assert tr.engine.engine_name == ("hf-bf16" if engine == "hf" else "fast-bf16")
@@ -20,15 +20,15 @@ def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(tiny_model_dir, tmp_
     assert any(k.startswith("correction/tis/") for k in m)
 
 
-def test_fp32_engine_has_no_mismatch(tiny_model_dir, tmp_path):
-    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", method="tis", method_params={}))
+def test_fp32_engine_has_no_mismatch(small_model_dir, tmp_path):
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r", method="tis", method_params={}))
     m = tr.train_step()
     assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] < 1e-5
 
 
-def test_staleness_trains_on_batches_sampled_k_versions_ago(tiny_model_dir, tmp_path):
+def test_staleness_trains_on_batches_sampled_k_versions_ago(small_model_dir, tmp_path):
     # groups of 4: a batch whose every group has one outcome trains no row (zero advantages)
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="missing_old_logits", method_params={},
+    cfg = tiny_config(small_model_dir, tmp_path / "r", method="missing_old_logits", method_params={},
                       rollout={"staleness": 2, "group_size": 4}, train={"steps": 4})
     tr = Trainer(cfg)
     rows = [tr.train_step() for _ in range(4)]
@@ -54,9 +54,9 @@ def test_single_use_method_refuses_a_stale_batch(tiny_model_dir, tmp_path):
         tr.train_step()  # the version-1 batch... sampled before the last update: stale
 
 
-def test_single_use_method_refuses_multiple_epochs(tiny_model_dir, tmp_path):
+def test_single_use_method_refuses_multiple_epochs(small_model_dir, tmp_path):
     with pytest.raises(ValueError, match="exactly one update"):
-        Trainer(tiny_config(tiny_model_dir, tmp_path / "r", method="online_icepop", method_params={},
+        Trainer(tiny_config(small_model_dir, tmp_path / "r", method="online_icepop", method_params={},
                             train={"epochs": 2}))
 
 
@@ -70,8 +70,8 @@ def test_sis_draws_acceptance_from_recorded_topk(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("engine_correction", ["tis", "icepop", "kpop"])
-def test_missing_old_logits_with_each_engine_correction(engine_correction, tiny_model_dir, tmp_path):
-    cfg = tiny_config(tiny_model_dir, tmp_path / "r", method="missing_old_logits",
+def test_missing_old_logits_with_each_engine_correction(engine_correction, small_model_dir, tmp_path):
+    cfg = tiny_config(small_model_dir, tmp_path / "r", method="missing_old_logits",
                       method_params={"engine_correction": engine_correction},
                       rollout={"engine_dtype": "bf16", "group_size": 4})
     m = Trainer(cfg).train_step()

@@ -95,7 +95,7 @@ def test_devices():
             check_device("train.device", bad)
 
 
-def test_pickle_model_weights_are_scanned_never_run(tiny_model_dir, tmp_path):
+def test_pickle_model_weights_are_scanned_never_run(small_model_dir, tmp_path):
     import shutil
 
     import torch
@@ -103,7 +103,7 @@ def test_pickle_model_weights_are_scanned_never_run(tiny_model_dir, tmp_path):
     from policylab.trainer.config import check_model_value
 
     d = tmp_path / "m"
-    shutil.copytree(tiny_model_dir, d)
+    shutil.copytree(small_model_dir, d)
     weights = {k: v for k, v in __import__("safetensors.torch", fromlist=["load_file"]).load_file(
         str(d / "model.safetensors")).items()}
     (d / "model.safetensors").unlink()
