@@ -21,9 +21,14 @@ def test_bf16_engine_produces_real_mismatch_and_tis_sees_it(small_model_dir, tmp
 
 
 def test_fp32_engine_has_no_mismatch(small_model_dir, tmp_path):
-    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r", method="tis", method_params={}))
+    # four groups of four: a step with a mixed group trains, so its forward (π_old in value
+    # in a single on-policy update) logs the mismatch; a step with no signal runs no forward
+    tr = Trainer(tiny_config(small_model_dir, tmp_path / "r", method="tis", method_params={},
+                             rollout={"prompts_per_step": 4, "group_size": 4}))
     m = tr.train_step()
-    assert m["mismatch/old_vs_behavior_abs_dlogp_mean"] < 1e-5
+    assert not m.get("skipped_no_signal")
+    assert 0.0 <= m["mismatch/old_vs_behavior_abs_dlogp_mean"] < 1e-5
+    assert m["mismatch/old_vs_behavior_abs_dlogp_max"] < 1e-4
 
 
 def test_staleness_trains_on_batches_sampled_k_versions_ago(small_model_dir, tmp_path):
