@@ -4,6 +4,7 @@ GRPOTrainer and policylab's GRPO, each for the same wall-clock budget.
     make learn-vs-trl                             # installs trl==1.16.0 into .venv, runs this
     .venv/bin/python benchmarks/learn_vs_trl.py [--task arith2_add] [--budget-s 900] [--eval-every-s 50]
                                                 [--seeds 0,1] [--sides trl,policylab,policylab-fast]
+                                                [--parts DIR]   # resume: finished side/seed runs are kept there
 
 Both sides: the same model (fp32 weights, fp32 training), the same task and the same
 training prompts in the same order (the task's training stream of --seed, as
@@ -278,6 +279,29 @@ def run_worker(side: str, argv: list[str]) -> dict:
     return res
 
 
+def run_part(side: str, argv: list[str], parts: str, seed: int) -> dict:
+    """One side and seed: its saved result from --parts when one was recorded with exactly
+    these worker arguments, else a fresh run (saved there when --parts is set). A saved part
+    with other arguments is an error, not a silent rerun or reuse."""
+    if not parts:
+        return run_worker(side, argv)
+    path = Path(parts) / f"{side}-seed{seed}.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("part_argv") != argv:
+            raise SystemExit(f"{path} was recorded with other arguments ({' '.join(saved.get('part_argv') or [])}) "
+                             f"than this run's ({' '.join(argv)}); remove it or use another --parts directory")
+        print(f"[{side} seed {seed}] reusing the part saved in {path}", flush=True)
+        return saved
+    res = run_worker(side, argv)
+    res["part_argv"] = argv
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res))
+    tmp.replace(path)
+    return res
+
+
 def time_to(points: list[dict], level: float) -> float | None:
     for p in points:
         if p["accuracy"] >= level:
@@ -430,6 +454,8 @@ def parse(argv=None):
     ap.add_argument("--max-steps", type=int, default=2000, help="step cap (the wall-clock budget ends the runs)")
     ap.add_argument("--sides", default="trl,policylab,policylab-fast")
     ap.add_argument("--out", default=str(RESULTS / "learn_vs_trl"), help="results path without suffix ('' = none)")
+    ap.add_argument("--parts", default="", help="directory of finished side/seed runs: a run found there with the "
+                    "same arguments is reused, a new one is saved there (resume a long measurement in parts)")
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -457,7 +483,7 @@ def main(argv=None) -> dict:
     from vs_trl import worker_args
 
     passthrough, sides = worker_args(argv, a.sides, SIDES)
-    passthrough = _without(passthrough, ("--seeds", "--seed"))
+    passthrough = _without(passthrough, ("--seeds", "--seed", "--parts"))
     have_trl = importlib.util.find_spec("trl") is not None
     if "trl" in sides and not have_trl:
         print("trl is not installed: skipping the TRL side (make learn-vs-trl installs trl==1.16.0)", flush=True)
@@ -465,7 +491,7 @@ def main(argv=None) -> dict:
     runs: dict[str, dict[int, dict]] = {s: {} for s in sides}
     for seed in a.seed_list:  # seed by seed: a seed's sides run back to back, under the same machine state
         for s in sides:
-            runs[s][seed] = run_worker(s, passthrough + ["--seed", str(seed)])
+            runs[s][seed] = run_part(s, passthrough + ["--seed", str(seed)], a.parts, seed)
     _, task = build(a)
     vs = _bench("vs_trl")
     every = (f"every {a.eval_every_steps} steps" if a.eval_every_steps > 0 else f"every {a.eval_every_s:g} s")

@@ -189,3 +189,27 @@ def test_offpolicy_stress_tiny(tmp_path, small_model_dir):
         stress.main(["--levels", "onpolicy,int9", "--out", ""])
     with pytest.raises(SystemExit, match="unknown --task"):
         stress.main(["--task", "nope", "--out", ""])
+
+
+def test_learn_vs_trl_parts_are_reused_only_with_the_same_arguments(tmp_path, monkeypatch):
+    learn = _load("learn_vs_trl")
+    calls = []
+
+    def fake_worker(side, argv):
+        calls.append((side, list(argv)))
+        return {"side": side, "points": [{"seconds": 0.0, "accuracy": 0.1, "step": 0}], "n": len(calls)}
+
+    monkeypatch.setattr(learn, "run_worker", fake_worker)
+    argv = ["--task", "arith2_add", "--seed", "0"]
+    first = learn.run_part("policylab", argv, str(tmp_path), 0)
+    assert calls == [("policylab", argv)] and first["part_argv"] == argv
+    saved = json.loads((tmp_path / "policylab-seed0.json").read_text())
+    assert saved["n"] == 1 and not list(tmp_path.glob("*.tmp"))
+    again = learn.run_part("policylab", argv, str(tmp_path), 0)  # resumed: no second run
+    assert len(calls) == 1 and again == saved
+    with pytest.raises(SystemExit, match="other arguments"):  # a part of another configuration is never reused
+        learn.run_part("policylab", ["--task", "arith2_sub", "--seed", "0"], str(tmp_path), 0)
+    learn.run_part("policylab", argv, "", 0)  # no --parts: always a fresh run, nothing saved
+    assert len(calls) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["policylab-seed0.json"]
+    assert learn._without(["--parts", "d", "--seed", "1", "--parts=e", "--lr", "1"], ("--parts", "--seed")) == \
+        ["--lr", "1"]
