@@ -221,8 +221,17 @@ def test_bf16_copy_follows_a_fused_optimizer_step(tiny_model, tokenizer):
     versions = [p._version for p in model.parameters()]
     opt.step()
     assert [p._version for p in model.parameters()] == versions  # the trap: nothing says they changed
+    used = {}
+    release = engine._net.release
+
+    def snapshot():  # the copy the decode loop used, just before it is dropped
+        used.update(engine._net._w)
+        release()
+
+    engine._net.release = snapshot
     sample(engine, SamplingSettings())
-    w = engine._net._w
+    assert engine._net._w is None  # dropped after the call: the trainer gets that memory back
+    w = used
     assert torch.equal(w["embed"], model.model.embed_tokens.weight.detach().to(torch.bfloat16))
     q = model.model.layers[1].self_attn.q_proj.weight.detach().to(torch.bfloat16)
     assert torch.equal(w["layers"][1]["q"][0], q)

@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from policylab import methods
 from policylab.errors import ConfigError, RunInterrupted
@@ -119,6 +120,16 @@ def test_paired_difference_and_verdict_hand_worked():
     # seeds for |t| = 1.96: (1.96 * sd / |mean|)^2 = (1.96 * 1.040833 / 1.333333)^2 = 2.341 -> 3
     assert s["seeds_needed"] == 3
     assert verdict(s, 1) == (NOT_OBSERVED, "difference within noise: |t| = 2.22 < 4.30 (3 seeds)")
+    # accuracies whose differences cancel exactly, +1/12 - 1/12 + 0 (the fp sum leaves ~1e-17): no effect
+    # to power, so no seed count (it once printed "about 97318272746609 seeds")
+    s = paired({0: 0.5 + 1 / 12, 1: 0.4, 2: 0.3}, {0: 0.5, 1: 0.4 + 1 / 12, 2: 0.3})
+    assert s["difference"] == 0.0 and s["seeds_needed"] is None and s["t"] == 0.0
+    # the same with the accuracies stored in float32, as the runs record them (residue ~1e-8)
+    f32 = [float(torch.tensor(x, dtype=torch.float32)) for x in (0.5 + 1 / 12, 0.4, 0.4 + 1 / 12, 7 / 15)]
+    s = paired({0: f32[0], 1: f32[1], 2: f32[3]}, {0: 0.5, 1: f32[2], 2: 7 / 15})
+    assert s["difference"] == 0.0 and s["seeds_needed"] is None
+    # a small real difference (1e-4 of the value) is kept
+    assert paired({0: 0.5001, 1: 0.5002}, {0: 0.5, 1: 0.5})["difference"] == pytest.approx(1.5e-4)
     # d = [1.0, 1.1, 0.9]: mean 1.0, var (0 + 0.01 + 0.01) / 2 = 0.01, se = sqrt(0.01 / 3) = 0.057735, t = 17.32
     s = paired({0: 2.0, 1: 2.1, 2: 1.9}, {0: 1.0, 1: 1.0, 2: 1.0})
     assert s["t"] == pytest.approx(17.3205, abs=1e-3)

@@ -295,11 +295,11 @@ def test_step_extension_refusals(tmp_path, tiny_model_dir):
 
 
 def test_use_vllm_is_refused_for_a_reparameterized_model():
-    from policylab.integrations.trl import _check_step_args
+    from policylab.integrations.trl_steps import check_step_args
 
     vllm = type("Cfg", (), {"use_vllm": True})()
     plan = hosting.plan("iso", PT.ENGINE)
     with pytest.raises(PolicylabError, match="vLLM weight sync sends the model's parameters by name"):
-        _check_step_args(plan.method, plan, vllm, None)
+        check_step_args(plan.method, plan, vllm, None, PT.ENGINE)
     cord = hosting.plan("cord", PT.ENGINE)  # a gradient stage only: the model's parameters keep their names
-    _check_step_args(cord.method, cord, vllm, [("q", "a")])
+    check_step_args(cord.method, cord, vllm, [("q", "a")], PT.ENGINE)

@@ -290,7 +290,8 @@ def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, 
 
 
 def apply_step(learner: Learner, hooks: StepHooks, out: dict, nonfinite: bool) -> dict:
-    """Gradient stages, the non-finite guard, clipping, the optimizer and schedule steps."""
+    """Gradient stages, the non-finite guard, clipping, the optimizer and schedule steps;
+    the gradients are freed after the step (read them in a gradient stage)."""
     settings = learner.settings
     if not nonfinite and hooks.grad is not None:
         out.update(hooks.grad(learner.model))
@@ -310,6 +311,9 @@ def apply_step(learner: Learner, hooks: StepHooks, out: dict, nonfinite: bool) -
         out.update(hooks.post(learner.model))
     if learner.scheduler is not None:
         learner.scheduler.step()
+    # the gradients are spent: free them now, not at the next step's start, so they do not
+    # sit beside the sampler's cache and weight copy (540 MB for 135M fp32 parameters)
+    learner.optimizer.zero_grad(set_to_none=True)
     out["skipped_nonfinite"] = 0.0
     return out
 

@@ -56,9 +56,9 @@ call like the bf16 copy, and decodes in the model's dtype on it: a behavior engi
 ("fast-int8-g32", "fast-int4-g32") whose weights really differ from the learner's, used
 only to sample. `logp_behavior` is the quantized model's log-prob of the drawn token.
 
-`dtype=torch.bfloat16` keeps a bf16 copy of the weights (rebuilt from the current weights
-at the start of every `generate` / `greedy` call) and runs the decoder in
-bf16: a DIFFERENT behavior engine ("fast-bf16"), whose log-probs differ from the fp32
+`dtype=torch.bfloat16` makes a bf16 copy of the weights (built from the current weights
+at the start of every `generate` / `greedy` call and dropped at its end, so the trainer
+has that memory between calls) and runs the decoder in bf16: a DIFFERENT behavior engine ("fast-bf16"), whose log-probs differ from the fp32
 trainer's (measured in benchmarks/results/utilization.md); the corrections exist for it.
 """
 
@@ -232,10 +232,16 @@ class FastEngine(HFEngine):
         `fp64_scores`), topk extras).
 
         `sampling=None` is greedy. Positions after a row's eos hold the pad id."""
-        net = self._net
         self._check_fp64_scores()  # the attribute may have been set after construction
+        self._net.refresh()
+        try:
+            return self._decode_loop(ids, pmask, G, max_new_tokens, sampling, record_topk)
+        finally:
+            self._net.release()  # a bf16 / quantized copy is rebuilt by the next call anyway
+
+    def _decode_loop(self, ids, pmask, G, max_new_tokens, sampling, record_topk):
+        net = self._net
         fp64 = self.fp64_scores
-        net.refresh()
         N, P = ids.shape
         B, S = N * G, P + max_new_tokens
         dev = ids.device

@@ -100,6 +100,12 @@ class LlamaDecoder:
                                   "ln2": vec(layer.post_attention_layernorm.weight)})
         self._w = w
 
+    def release(self) -> None:
+        """Drop the weight copy (the next `refresh` rebuilds it): between decode calls the
+        trainer needs that memory (270 MB of bf16 weights for 135M parameters), and a
+        copy kept after the weights change would be stale anyway."""
+        self._w = None
+
     def _lin(self, i: int, layer, name: str, x: torch.Tensor) -> torch.Tensor:
         if not self.copy:
             return getattr(layer.self_attn if name in ("q", "k", "v", "o") else layer.mlp, _ATTR[name])(x)

@@ -21,23 +21,8 @@ functions, accelerate / DeepSpeed, logging):
   the accumulation steps (as TRL's grpo/dr_grpo).
 
 Methods that change the learner outside the loss (gradient, post-step and learner model
-stages: CORD, GCPO, ISO) run through the *step extension*
-(`policylab.integrations.steps`), at the points of transformers' training loop where
-policylab's trainer runs them (`policylab.backends.update.apply_step`):
-
-- learner model stages: on TRL's model at the end of the trainer's construction (after
-  TRL loaded it and applied ``peft_config``), before transformers creates the optimizer
-  (it does so in ``train()``); a user optimizer passed through ``optimizers=`` is refused
-  for them (it would hold the parameters the stage replaced);
-- gradient stages: in ``_clip_grad_norm``, which transformers' Trainer calls once per
-  optimizer step, after the last backward of the accumulation window and before it clips
-  and steps: the stage rewrites the accumulated gradient, then transformers clips it
-  (``max_grad_norm``) and steps, as policylab clips after its gradient stages. With
-  ``max_grad_norm=0`` (no clipping) transformers calls ``_get_grad_norm`` there instead,
-  which runs them;
-- post-step stages: in an ``on_optimizer_step`` callback (right after
-  ``optimizer.step()``, before the learning-rate scheduler steps; not when the step was
-  skipped).
+stages: CORD, GCPO, ISO) run through the *step extension*, whose hooks into transformers'
+training loop are `policylab.integrations.trl_steps.StepHooks` (a base of the trainer).
 
 TRL's own ``loss_type``, ``epsilon*`` and ``beta`` are not read by the loss: the method's
 parameters are. ``args.beta`` is set to the method's KL coefficient so TRL computes the
@@ -59,6 +44,7 @@ from policylab.methods.context import StageContext
 from policylab.methods.loss import loss_terms, tensor_inputs
 from policylab.methods.spec import RunShape
 from policylab.integrations import hosting
+from policylab.integrations.trl_steps import StepHooks, check_step_args
 
 _BEHAVIOR = ("TRL passes the sampler's log-probs (sampling_per_token_logps) only from vLLM (use_vllm=True) or a "
              "rollout_func that returns logprobs")
@@ -118,7 +104,7 @@ def hosting_card(name: str) -> str:
     return "\n".join(lines)
 
 
-class PolicylabGRPOTrainer(GRPOTrainer):
+class PolicylabGRPOTrainer(StepHooks, GRPOTrainer):
     """TRL's GRPOTrainer running policylab method `method` with `method_params`."""
 
     def __init__(self, *args, method: str = "grpo", method_params: dict | None = None, train_examples=None,
@@ -149,85 +135,13 @@ class PolicylabGRPOTrainer(GRPOTrainer):
         self._policylab_rewards = None
         self._policylab_steps = None
         self._policylab_grad_done = False
-        _check_step_args(m, plan, cfg, train_examples)
+        check_step_args(m, plan, cfg, train_examples, ENGINE)
         super().__init__(*args, **kwargs)
         if getattr(self, "_entropy_bonus_enabled", False):
             raise PolicylabError("TRL's entropy bonus is not run by PolicylabGRPOTrainer: set "
                                  "method_params.entropy_coef instead")
         if plan.step:
             self._policylab_step_extension(cfg, train_examples)
-
-    # ------------------------------------------------------------------ the step extension
-    def _policylab_step_extension(self, cfg, train_examples) -> None:
-        """The learner model stages on TRL's model (before transformers creates the
-        optimizer), and the gradient / post-step hooks armed (see the module doc)."""
-        from transformers import TrainerCallback
-
-        from policylab.integrations.steps import StepExtension
-
-        m = self.policylab_method
-        acc = self.accelerator
-        if acc.num_processes > 1 or self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            raise PolicylabError(f"policylab method `{m.name}` changes the learner outside its loss: "
-                                 "PolicylabGRPOTrainer runs its step extension in one process, without DeepSpeed or "
-                                 "FSDP (their optimizer step and sharded gradients are outside the hooks)")
-        if self.optimizer is not None and any(s.kind == "model" for s in hosting.learner_stages(m)):
-            raise PolicylabError(f"policylab method `{m.name}` re-parameterizes the model before the optimizer is "
-                                 "made; an optimizer passed through optimizers=(...) holds the parameters it replaces: "
-                                 "leave it to transformers (optim=..., learning_rate=...)")
-        ext = StepExtension(m, "TRL", tokenizer=self._tokenizer,
-                            run=RunShape(group_size=cfg.num_generations, epochs=cfg.num_iterations,
-                                         max_new_tokens=cfg.max_completion_length),
-                            state=self._policylab_state, train_examples=train_examples,
-                            model_fn=lambda: self.accelerator.unwrap_model(self.model))
-        model = ext.setup(self.model)
-        if model is not self.model:
-            raise PolicylabError(f"policylab method `{m.name}`: a model stage returned a new model object; "
-                                 "PolicylabGRPOTrainer needs the stages to change TRL's model in place")
-        self._policylab_steps = ext
-        trainer = self
-
-        class _PostStep(TrainerCallback):
-            """policylab's post-step stages after each optimizer step."""
-
-            def on_optimizer_step(self, args, state, control, **kwargs):
-                trainer._policylab_post_step()
-
-        self.add_callback(_PostStep())
-
-    def _policylab_grad_stages(self, model) -> None:
-        """The gradient stages, once per optimizer step, on the accumulated gradient."""
-        ext = self._policylab_steps
-        if ext is None or self._policylab_grad_done:
-            return
-        self._policylab_grad_done = True
-        self._policylab_log(ext.grad(self.accelerator.unwrap_model(model), int(self.state.global_step)))
-
-    def _policylab_post_step(self) -> None:
-        ext = self._policylab_steps
-        if ext is None:
-            return
-        self._policylab_grad_done = False
-        if self.accelerator.optimizer_step_was_skipped:
-            return
-        self._policylab_log(ext.post(self.accelerator.unwrap_model(self.model), int(self.state.global_step)))
-
-    def _policylab_log(self, metrics: dict) -> None:
-        for k, v in metrics.items():
-            if isinstance(v, (int, float)) or torch.is_tensor(v) and v.numel() == 1:
-                self._metrics["train"][f"policylab/{k}"].append(float(v))
-
-    def _clip_grad_norm(self, model):
-        # transformers calls this after the last backward of the optimizer step and before
-        # it clips and steps: policylab's gradient stages run first, on the accumulated gradient
-        self._policylab_grad_stages(model)
-        return super()._clip_grad_norm(model)
-
-    def _get_grad_norm(self, model, grad_norm=None):
-        # without clipping (max_grad_norm=0) transformers computes the norm here instead, at the
-        # same point of the step: the gradient stages run (once) before it
-        self._policylab_grad_stages(model)
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     # ------------------------------------------------------------------ advantages
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -474,24 +388,6 @@ def _check_loss_settings(m, cfg) -> None:
     if bad:
         raise PolicylabError(f"PolicylabGRPOTrainer runs policylab method `{m.name}`'s own loss and does not read "
                              f"TRL's loss settings; these differ from the method's: " + "; ".join(bad))
-
-
-def _check_step_args(m, plan, cfg, train_examples) -> None:
-    """Refuse settings the step extension cannot honour, before TRL builds anything."""
-    draws = [s.name for s in hosting.learner_stages(m) if "train_examples" in s.requires]
-    if train_examples is not None and not draws:
-        raise PolicylabError(f"train_examples is read only by methods whose stages draw training examples "
-                             f"themselves (e.g. cord's retention set); `{m.name}` has none")
-    if not plan.step:
-        return
-    model_stages = [s.name for s in hosting.learner_stages(m) if s.kind == "model"]
-    if model_stages and getattr(cfg, "use_vllm", False):
-        raise PolicylabError(f"policylab method `{m.name}` re-parameterizes TRL's model ({', '.join(model_stages)}), "
-                             "and TRL's vLLM weight sync sends the model's parameters by name: generate with TRL's "
-                             "own model (use_vllm=False)")
-    if draws and train_examples is None:
-        raise PolicylabError(f"policylab method `{m.name}` draws training examples itself ({', '.join(draws)}): "
-                             f"{ENGINE.step_requires['train_examples']}")
 
 
 def _check_args(m, cfg, rollout_func) -> None:

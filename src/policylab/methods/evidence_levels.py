@@ -154,7 +154,7 @@ MECHANISM: dict[str, str] = {
         'difference +0.0417 ± 0.0208 over 3 seeds (benchmarks/results/evidence.md)',
     'ttpo':
         'not observed: final value of `eval/accuracy` 0.225 vs 0.225 for the control (ttpo and '
-        'train.lr=0.0), difference -4.97e-09 ± 0.0577 over 3 seeds (benchmarks/results/evidence.md)',
+        'train.lr=0.0), difference +0 ± 0.0577 over 3 seeds (benchmarks/results/evidence.md)',
     'ttrl':
         'not observed: late-half mean of `accuracy` 0.3785 vs 0.2083 for the control (ttrl and '
         'train.lr=0.0), difference +0.17 ± 0.0799 over 3 seeds (benchmarks/results/evidence.md)',
@@ -379,6 +379,5 @@ CAPABILITY_RUNS: dict[str, str] = {
     'zcpo':
         "held-out accuracy after 4 rollout steps on its evidence task, 3 seeds: 46.7% vs GRPO's "
         '46.7% on the same prompts, difference +0.0% ± 2.9% (95% interval [-12.4%, +12.4%], not '
-        'significant); about 97318272746609 seeds would make a difference of this size significant '
-        '(benchmarks/results/evidence.md)',
+        'significant) (benchmarks/results/evidence.md)',
 }

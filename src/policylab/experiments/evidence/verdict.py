@@ -34,6 +34,11 @@ def mean_se(values: list[float]) -> tuple[float, float | None]:
     return m, math.sqrt(var / n)
 
 
+# relative size below which a mean difference is the float rounding of an exact zero: the
+# runs record accuracies (k / n) and metrics in float32, whose rounding is ~6e-8 of the value
+_ROUNDING = 1e-6
+
+
 def paired(method: dict[int, float | None], control: dict[int, float | None]) -> dict:
     """The paired difference method − control over the seeds where both arms have a value."""
     seeds = sorted(s for s in method if s in control and method[s] is not None and control[s] is not None)
@@ -41,6 +46,8 @@ def paired(method: dict[int, float | None], control: dict[int, float | None]) ->
         return {"seeds": [], "n": 0}
     d = [method[s] - control[s] for s in seeds]
     mean, se = mean_se(d)
+    if abs(mean) <= _ROUNDING * max(1.0, *(abs(v) for v in d)):
+        mean = 0.0  # differences that cancel exactly (e.g. accuracies k/n): their rounding is no effect
     m_mean, m_se = mean_se([method[s] for s in seeds])
     c_mean, c_se = mean_se([control[s] for s in seeds])
     out = {"seeds": seeds, "n": len(seeds), "method": m_mean, "method_se": m_se, "control": c_mean,
