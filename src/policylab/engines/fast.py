@@ -58,8 +58,9 @@ only to sample. `logp_behavior` is the quantized model's log-prob of the drawn t
 
 `dtype=torch.bfloat16` makes a bf16 copy of the weights (built from the current weights
 at the start of every `generate` / `greedy` call and dropped at its end, so the trainer
-has that memory between calls) and runs the decoder in bf16: a DIFFERENT behavior engine ("fast-bf16"), whose log-probs differ from the fp32
-trainer's (measured in benchmarks/results/utilization.md); the corrections exist for it.
+has that memory between calls) and runs the decoder in bf16: a DIFFERENT behavior
+engine ("fast-bf16"), whose log-probs differ from the fp32 trainer's (measured in
+benchmarks/results/utilization.md); the corrections exist for it.
 """
 
 from __future__ import annotations
