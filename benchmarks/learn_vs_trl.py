@@ -355,14 +355,41 @@ def accuracy_at_step(points: list[dict], step: float) -> tuple[float, float] | N
     return None
 
 
-def equal_steps(exact: dict, fast: dict) -> dict:
-    """The fast mode against exact fp32 at the last step both reached."""
+def equal_steps(exact: dict, fast: dict, names: tuple[str, str] = ("exact", "fast")) -> dict:
+    """Run `fast` against run `exact` at the last step both reached (accuracy linear between
+    evaluations): the difference fast - exact, its standard error and whether it is within
+    2 of them. `names` are the keys of the two accuracies in the result."""
     step = min(exact["points"][-1]["step"], fast["points"][-1]["step"])
     e, f = accuracy_at_step(exact["points"], step), accuracy_at_step(fast["points"], step)
     diff = f[0] - e[0]
     se = (e[1] ** 2 + f[1] ** 2) ** 0.5
-    return {"step": step, "exact": e[0], "exact_se": e[1], "fast": f[0], "fast_se": f[1], "diff": diff,
+    a, b = names
+    return {"step": step, a: e[0], f"{a}_se": e[1], b: f[0], f"{b}_se": f[1], "diff": diff,
             "diff_se": se, "within_2se": abs(diff) <= 2 * se}
+
+
+def add_vs_trl_equal_steps(report: dict) -> None:
+    """report["vs_trl_equal_steps"][side][seed]: every policylab side against TRL at the last
+    step both reached (`equal_steps`)."""
+    runs = report["runs"]
+    if "trl" not in runs:
+        return
+    report["vs_trl_equal_steps"] = {
+        side: {seed: equal_steps(runs["trl"][seed], runs[side][seed], ("trl", side))
+               for seed in runs["trl"] if seed in runs[side]}
+        for side in POLICYLAB_SIDES if side in runs}
+
+
+def rewrite_report(path: str) -> dict:
+    """Rewrites the markdown and the figure of a finished run from its JSON (`--report-from`),
+    adding what later versions of this script compute from the same runs."""
+    src = Path(path)
+    report = json.loads(src.read_text())
+    add_vs_trl_equal_steps(report)
+    src.write_text(json.dumps(report, indent=2))
+    plot(report["runs"], src.with_suffix(".png"), report["config"][:120])
+    src.with_suffix(".md").write_text(to_markdown(report).replace("learn_vs_trl.png", src.with_suffix(".png").name))
+    return report
 
 
 def plot(runs: dict, path: Path, title: str) -> None:
@@ -424,6 +451,18 @@ def to_markdown(report: dict) -> str:
                      f"{100 * eq['fast']:.1f}% ± {100 * eq['fast_se']:.1f} vs {100 * eq['exact']:.1f}% ± "
                      f"{100 * eq['exact_se']:.1f} (difference {100 * eq['diff']:+.1f} ± {100 * eq['diff_se']:.1f} "
                      f"points; {'within' if eq['within_2se'] else 'outside'} 2 standard errors)")
+    per_step = report.get("vs_trl_equal_steps", {})
+    if per_step:
+        lines += ["", "### Per optimizer step against TRL", "",
+                  "Held-out accuracy at the last step both sides reached (TRL's, since it takes fewer steps in the "
+                  "budget): the same configuration should learn about as much per step on either trainer; the "
+                  "difference is policylab - TRL.", ""]
+        for side, by_seed in per_step.items():
+            for seed, eq in by_seed.items():
+                lines.append(f"- {side}, seed {seed}, step {eq['step']}: {100 * eq[side]:.1f}% ± "
+                             f"{100 * eq[side + '_se']:.1f} vs TRL {100 * eq['trl']:.1f}% ± {100 * eq['trl_se']:.1f} "
+                             f"(difference {100 * eq['diff']:+.1f} ± {100 * eq['diff_se']:.1f} points; "
+                             f"{'within' if eq['within_2se'] else 'outside'} 2 standard errors)")
     lines += ["", "![accuracy against wall-clock](learn_vs_trl.png)"]
     return "\n".join(lines) + "\n"
 
@@ -456,6 +495,8 @@ def parse(argv=None):
     ap.add_argument("--out", default=str(RESULTS / "learn_vs_trl"), help="results path without suffix ('' = none)")
     ap.add_argument("--parts", default="", help="directory of finished side/seed runs: a run found there with the "
                     "same arguments is reused, a new one is saved there (resume a long measurement in parts)")
+    ap.add_argument("--report-from", default="", help="a results JSON of this script: rewrite its .md and .png "
+                    "(with the comparisons added since) and run nothing")
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -473,6 +514,8 @@ def parse(argv=None):
 def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse(argv)
+    if a.report_from:
+        return rewrite_report(a.report_from)
     if a.worker:
         res = (worker_trl if a.worker == "trl" else worker_policylab)(a)
         Path(a.worker_out).write_text(json.dumps(res))
@@ -521,6 +564,7 @@ def main(argv=None) -> dict:
     if all(s in runs for s in POLICYLAB_SIDES):
         report["fast_vs_exact"] = {seed: equal_steps(runs["policylab"][seed], runs["policylab-fast"][seed])
                                    for seed in a.seed_list}
+    add_vs_trl_equal_steps(report)
     for s, by_seed in runs.items():
         for seed, r in by_seed.items():
             r["prompts_seen"] = len(r["prompts_seen"])

@@ -83,6 +83,35 @@ def test_learn_vs_trl_spread_and_equal_steps_rules():
     assert [clock.due(k) for k in range(7)] == [False, False, False, True, False, False, True]
 
 
+def test_learn_vs_trl_per_step_against_trl_and_report_rewrite(tmp_path):
+    """Every policylab side against TRL at the last step both reached, hand-worked, and
+    `--report-from` rewriting a finished run's report from its JSON alone."""
+    learn = _load("learn_vs_trl")
+
+    def run(*rows):
+        return {"points": [{"step": st, "seconds": 10.0 * st, "accuracy": acc, "accuracy_stderr": se}
+                           for st, acc, se in rows], "train_seconds": 10.0 * rows[-1][0], "peak_rss_mb": 1.0,
+                "load_before": 0.1, "load_after": 0.2, "engine": "e", "prompts_seen": 8}
+
+    # TRL reaches step 4 (0.1 -> 0.5); policylab evaluated at 0, 3, 6 (0.1, 0.4, 0.7): at step 4,
+    # 0.4 + (1/3) * 0.3 = 0.5, se 0.03 + (1/3) * 0.03 = 0.04; TRL se 0.03 -> diff 0 ± 0.05
+    report = {"command": "c", "machine": "m", "config": "cfg",
+              "runs": {"trl": {"0": run((0, 0.1, 0.02), (4, 0.5, 0.03))},
+                       "policylab": {"0": run((0, 0.1, 0.02), (3, 0.4, 0.03), (6, 0.7, 0.06))}}}
+    learn.add_vs_trl_equal_steps(report)
+    eq = report["vs_trl_equal_steps"]["policylab"]["0"]
+    assert eq["step"] == 4 and eq["trl"] == 0.5 and eq["policylab"] == pytest.approx(0.5)
+    assert eq["policylab_se"] == pytest.approx(0.04) and eq["diff_se"] == pytest.approx(0.05)
+    assert eq["within_2se"] is True
+    path = tmp_path / "r.json"
+    del report["vs_trl_equal_steps"]
+    path.write_text(json.dumps(report))
+    learn.main(["--report-from", str(path)])
+    md = (tmp_path / "r.md").read_text()
+    assert "policylab, seed 0, step 4: 50.0% ± 4.0 vs TRL 50.0% ± 3.0 (difference +0.0 ± 5.0" in md
+    assert "vs_trl_equal_steps" in json.loads(path.read_text()) and (tmp_path / "r.png").stat().st_size > 1000
+
+
 def test_learn_vs_trl_clock_without_a_schedule():
     learn = _load("learn_vs_trl")
     clock = learn.Clock(0.0)  # the base evaluation's clock: no schedule, never due

@@ -35,3 +35,14 @@ def test_decode_profile_tiny(tmp_path, small_model_dir):
     assert "flags" in r["machine"] and "| fast-bf16 | bfloat16 |" in (tmp_path / "d.md").read_text()
     with pytest.raises(SystemExit, match="unknown engine"):
         prof.main(["--model", str(small_model_dir), "--engines", "nope", "--out", ""])
+
+
+def test_decode_profile_leaves_emulated_bf16_out(tmp_path, small_model_dir, monkeypatch):
+    """On a CPU without native bf16 the default engine list skips fast-bf16 and says why."""
+    prof = _load("decode_profile")
+    monkeypatch.setattr("policylab.engines.cpu.bf16_training_native", lambda *a, **k: False)
+    r = prof.main(["--model", str(small_model_dir), "--prompts", "1", "--group", "2", "--max-new", "2",
+                   "--reps", "1", "--out", str(tmp_path / "d")])
+    assert set(r["engines"]) == {"fast-fp32", "fast-int8-g32", "hf-fp32"} and r["limits"]["bf16_native"] is False
+    md = (tmp_path / "d.md").read_text()
+    assert "fast-bf16 was not measured: no native bf16" in md and "(emulated:" in md
