@@ -92,3 +92,49 @@ def test_wait_policy_and_child_environment():
     env = runtime.thread_env(2, passive=True, base={"GOMP_SPINCOUNT": "9", "PATH": "/bin"})
     assert env == {"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "2", "POLICYLAB_THREADS": "2"}
     assert runtime.thread_env(None, passive=False, base={"OMP_WAIT_POLICY": "ACTIVE"}) == {}
+
+
+def test_wait_policy_precedence_and_bad_values():
+    """The user's OpenMP variables win; POLICYLAB_WAIT_POLICY next; then the default."""
+    assert runtime.wait_policy_settings({"OMP_WAIT_POLICY": "active", runtime.WAIT_ENV: "passive"}) == \
+        ({}, "OMP_WAIT_POLICY=active (exported)")
+    assert runtime.wait_policy_settings({"GOMP_SPINCOUNT": "5"})[0] == {}
+    assert runtime.wait_policy_settings({runtime.WAIT_ENV: "passive"})[0] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert runtime.wait_policy_settings({runtime.WAIT_ENV: "spin:250"}) == \
+        ({"GOMP_SPINCOUNT": "250"}, f"spin 250 rounds, then sleep ({runtime.WAIT_ENV})")
+    assert runtime.wait_policy_settings({runtime.WAIT_ENV: "openmp"})[0] == {}
+    default, why = runtime.wait_policy_settings({})
+    assert why.endswith("(the default)") and default == runtime.wait_policy_settings(
+        {runtime.WAIT_ENV: runtime.DEFAULT_WAIT})[0]
+    for bad in ("spin:", "spin:-1", "sleepy"):
+        with pytest.raises(ConfigError, match="must be openmp, passive or spin:N"):
+            runtime.wait_policy_settings({runtime.WAIT_ENV: bad})
+
+
+def test_apply_wait_policy_only_before_torch_loads(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(runtime, "_wait_reason", None)  # restored after the test
+    env = {runtime.WAIT_ENV: "spin:7"}
+    why = runtime.apply_wait_policy(env)  # torch is loaded in this process: too late
+    assert "not applied" in why and "GOMP_SPINCOUNT" not in env and runtime.wait_reason() == why
+    monkeypatch.delitem(sys.modules, "torch")
+    assert runtime.apply_wait_policy(env) == f"spin 7 rounds, then sleep ({runtime.WAIT_ENV})"
+    assert env["GOMP_SPINCOUNT"] == "7"
+
+
+def test_the_command_sets_the_wait_policy_before_torch(tmp_path):
+    """`policylab methods` in a fresh process: the default policy reaches the environment
+    torch's OpenMP reads (checked in the child, after torch is imported)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from policylab.cli import main; main(['methods', 'grpo']); "
+            "import torch; print('SPIN', os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", runtime.WAIT_ENV)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    want = runtime.wait_policy_settings({})[0]
+    line = [x for x in out.stdout.splitlines() if x.startswith("SPIN")][-1]
+    assert line == f"SPIN {want.get('GOMP_SPINCOUNT')} {want.get('OMP_WAIT_POLICY')}"

@@ -22,11 +22,14 @@ def test_expectation_is_the_fair_share_of_runnable_threads():
 def test_policy_environments():
     busy = _load("busy_machine")
     base = {"OMP_WAIT_POLICY": "ACTIVE", "OMP_NUM_THREADS": "7", "PATH": "/bin"}
-    assert busy.policy_env("auto", 2, base) == {"PATH": "/bin"}
+    assert busy.policy_env("openmp", 2, base) == {"PATH": "/bin"}
     assert busy.policy_env("passive", 2, base) == {"PATH": "/bin", "OMP_WAIT_POLICY": "PASSIVE"}
     assert busy.policy_env("one", 2, base)["OMP_NUM_THREADS"] == "1"
+    assert busy.policy_env("spin:1000", 2, base) == {"PATH": "/bin", "GOMP_SPINCOUNT": "1000"}
     with pytest.raises(SystemExit, match="unknown policy"):
         busy.policy_env("spin", 2, base)
+    with pytest.raises(SystemExit, match="integer N >= 0"):
+        busy.policy_env("spin:fast", 2, base)
     with pytest.raises(SystemExit, match="starting with 0"):
         busy.parse(["--loads", "2,8"])
 

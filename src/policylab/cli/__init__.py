@@ -245,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     (SIGTERM: the same line, exit code 143)."""
     import warnings
 
+    from policylab.trainer.runtime import apply_wait_policy
+
+    # OpenMP's wait policy is read when torch loads: set it before anything imports torch
+    # (an exported OMP_WAIT_POLICY / GOMP_SPINCOUNT is left alone; POLICYLAB_WAIT_POLICY overrides)
+    apply_wait_policy()
     global _default_showwarning
     if _default_showwarning is None:
         _default_showwarning = warnings.showwarning

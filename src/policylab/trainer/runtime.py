@@ -308,11 +308,69 @@ def wait_policy(env=None) -> str:
     return "default (spins before sleeping)"
 
 
-def thread_env(threads: int | None, *, passive: bool, base=None) -> dict[str, str]:
+WAIT_ENV = "POLICYLAB_WAIT_POLICY"
+# the `policylab` command's wait policy when the user sets none (benchmarks/busy_machine.py;
+# the table in benchmarks/README.md, "Under load")
+DEFAULT_WAIT = "spin:1000"
+
+_wait_reason: str | None = None
+
+
+def wait_policy_settings(env=None) -> tuple[dict[str, str], str]:
+    """(the OpenMP variables to set, and why) for a process about to import torch, by
+    precedence: an OMP_WAIT_POLICY or GOMP_SPINCOUNT the user exported (theirs: nothing is
+    set); POLICYLAB_WAIT_POLICY = "openmp" (OpenMP's own default: spin, then sleep),
+    "passive" (OMP_WAIT_POLICY=PASSIVE) or "spin:N" (GOMP_SPINCOUNT=N: spin N rounds, then
+    sleep); else `DEFAULT_WAIT`."""
+    env = os.environ if env is None else env
+    for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if env.get(k, "").strip():
+            return {}, f"{k}={env[k].strip()} (exported)"
+    raw = env.get(WAIT_ENV, "").strip().lower()
+    choice, source = (raw, WAIT_ENV) if raw else (DEFAULT_WAIT, "the default")
+    if choice == "openmp":
+        return {}, f"OpenMP's default, spins before sleeping ({source})"
+    if choice == "passive":
+        return {"OMP_WAIT_POLICY": "PASSIVE"}, f"passive: waiting threads sleep ({source})"
+    n = choice.removeprefix("spin:")
+    if choice.startswith("spin:") and n.isdigit():
+        return {"GOMP_SPINCOUNT": n}, f"spin {n} rounds, then sleep ({source})"
+    raise ConfigError(f"{WAIT_ENV}={raw!r}: must be openmp, passive or spin:N (N an integer >= 0)")
+
+
+def apply_wait_policy(env=None) -> str:
+    """Put `wait_policy_settings` into `env` (default os.environ) and return why. OpenMP reads
+    them when its library loads, at `import torch`: the `policylab` command calls this
+    first; once torch is imported it is too late, nothing is set and the reason says so
+    (the run header then reports the policy in force, `wait_policy`)."""
+    import sys
+
+    global _wait_reason
+    env = os.environ if env is None else env
+    settings, why = wait_policy_settings(env)
+    if settings and "torch" in sys.modules:
+        _wait_reason = f"{why}: not applied, torch was imported before (set it in the environment)"
+        return _wait_reason
+    env.update(settings)
+    _wait_reason = why
+    return why
+
+
+def wait_reason() -> str | None:
+    """Why the wait policy in force was chosen, when `apply_wait_policy` ran in this process."""
+    return _wait_reason
+
+
+def thread_env(threads: int | None, *, passive: bool, spincount: int | None = None, base=None) -> dict[str, str]:
     """The environment for a child process with `threads` compute threads (None: leave
     the count to the child) and, with `passive`, OMP_WAIT_POLICY=PASSIVE (waiting threads
     sleep: what a shared machine needs; it must be in the environment before the child
-    imports torch)."""
+    imports torch), or with `spincount`, GOMP_SPINCOUNT=spincount (a waiting thread of GNU
+    OpenMP spins that many rounds, then sleeps)."""
+    if passive and spincount is not None:
+        raise ValueError("passive and spincount are two wait policies: give one")
+    if spincount is not None and (isinstance(spincount, bool) or not isinstance(spincount, int) or spincount < 0):
+        raise ValueError(f"spincount must be an int >= 0, got {spincount!r}")
     env = dict(os.environ if base is None else base)
     for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         env.pop(k, None)
@@ -320,4 +378,6 @@ def thread_env(threads: int | None, *, passive: bool, base=None) -> dict[str, st
         env[THREADS_ENV] = env["OMP_NUM_THREADS"] = str(int(threads))
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
+    if spincount is not None:
+        env["GOMP_SPINCOUNT"] = str(spincount)
     return env

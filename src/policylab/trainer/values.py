@@ -89,7 +89,7 @@ def _nonneg(why=""):
 # anything else happens (tests/trainer/test_validation.py: every numeric field has a rule)
 FIELD_RULES: dict[str, Range] = {
     "seed": _int(0, SEED_MAX, "seeds python, numpy and torch; numpy takes 0 .. 2**32-1"),
-    "threads": _int(0, 4096, "torch intra-op threads; 0 = torch's default"),
+    "threads": _int(0, 4096, "torch intra-op threads; 0 = POLICYLAB_THREADS, else the cores available"),
     "rollout.prompts_per_step": _int(1), "rollout.group_size": _int(1), "rollout.max_new_tokens": _int(1),
     "rollout.temperature": _pos("log-prob ratios need a sampling distribution"),
     "rollout.top_p": Range(lo=0, hi=1, lo_open=True), "rollout.top_k": _int(0, why="0 = off"),
