@@ -255,14 +255,19 @@ def to_markdown(report: dict) -> str:
              f"Configuration: {report['config']}", "",
              "Expected slowdown: (N + T) / C with N busy processes, T compute threads, C cores (a fair share per "
              "runnable thread), 1 when N + T <= C. Target: slowdown / expected <= 2.", "",
+             "The last column compares policies: the step time over the fastest policy's step alone.", "",
              "| policy | threads | wait policy | busy processes | mean step (s) | slowdown | expected | "
-             "slowdown / expected | load avg before |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "slowdown / expected | load avg before | step / fastest alone |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    alone = [r["levels"]["0"]["mean_step_s"] for r in report["policies"].values() if "0" in r["levels"]]
+    best = min(alone) if alone else None
     for pol, r in report["policies"].items():
         for n, lv in r["levels"].items():
             sd = f"{lv['slowdown']:.2f}" if "slowdown" in lv else "-"
             so = f"**{lv['slowdown_over_expected']:.2f}**" if "slowdown_over_expected" in lv else "-"
+            vs = f"{lv['mean_step_s'] / best:.2f}" if best else "-"
             lines.append(f"| {pol} | {r['threads']} | {r['wait_policy']} | {n} | {lv['mean_step_s']:.2f} | {sd} | "
-                         f"{lv['expected_slowdown']:.2f} | {so} | {lv['load_before']} |")
+                         f"{lv['expected_slowdown']:.2f} | {so} | {lv['load_before']} | {vs} |")
     lines += ["", "Fastest policy at each load: " + ", ".join(f"{n} busy: {p}" for n, p in report["fastest"].items())]
     if report.get("not_idle"):
         lines += ["", f"**The machine was not idle** ({_pct(report.get('cpu_busy_start'))} of the CPU busy and load "

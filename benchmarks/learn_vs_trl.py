@@ -451,6 +451,8 @@ def to_markdown(report: dict) -> str:
                      f"{100 * eq['fast']:.1f}% ± {100 * eq['fast_se']:.1f} vs {100 * eq['exact']:.1f}% ± "
                      f"{100 * eq['exact_se']:.1f} (difference {100 * eq['diff']:+.1f} ± {100 * eq['diff_se']:.1f} "
                      f"points; {'within' if eq['within_2se'] else 'outside'} 2 standard errors)")
+    for side, why in report.get("skipped", {}).items():
+        lines += ["", f"{side}: not run, {why}."]
     per_step = report.get("vs_trl_equal_steps", {})
     if per_step:
         lines += ["", "### Per optimizer step against TRL", "",
@@ -531,6 +533,8 @@ def main(argv=None) -> dict:
     if "trl" in sides and not have_trl:
         print("trl is not installed: skipping the TRL side (make learn-vs-trl installs trl==1.16.0)", flush=True)
         sides = [s for s in sides if s != "trl"]
+    vs_mod = _bench("vs_trl")
+    sides, skipped = vs_mod.without_fast_side_here(sides)
     runs: dict[str, dict[int, dict]] = {s: {} for s in sides}
     for seed in a.seed_list:  # seed by seed: a seed's sides run back to back, under the same machine state
         for s in sides:
@@ -546,7 +550,7 @@ def main(argv=None) -> dict:
                    f"seeds {','.join(map(str, a.seed_list))}, fp32 weights (policylab-fast: rollout.engine=fast-bf16, "
                    f"train dtype {a.fast_train_dtype}); budget {a.budget_s:g} s of training per side, evaluated "
                    f"{every} on {a.eval_n} held-out prompts"),
-        "runs": runs,
+        "runs": runs, "skipped": skipped,
     }
     if "trl" in runs and any(s in runs for s in POLICYLAB_SIDES):
         same = []

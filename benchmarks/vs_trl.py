@@ -328,6 +328,8 @@ def to_markdown(report: dict) -> str:
                       "rollout.engine=fast-bf16 with TIS, completions/s / TRL completions/s)"]
     if "ratio_vs_trl" in report:
         lines += ["", f"**ratio_vs_trl = {report['ratio_vs_trl']:.2f}** (policylab completions/s / TRL completions/s)"]
+    for side, why in report.get("skipped", {}).items():
+        lines += ["", f"{side}: not run, {why}."]
     return "\n".join(lines) + "\n"
 
 
@@ -374,6 +376,19 @@ def worker_args(argv: list[str], sides_arg: str, choices: tuple[str, ...]) -> tu
     return passthrough, sides
 
 
+def without_fast_side_here(sides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the sides this host can run, {side: why} for the ones it cannot): the fast mode's
+    side (rollout.engine=fast-bf16) needs native bf16, which the trainer refuses to emulate."""
+    from policylab.engines import cpu
+
+    if "policylab-fast" not in sides or cpu.native_bf16(cpu.cpu_flags()):
+        return sides, {}
+    why = (f"this CPU has no native bf16 ({cpu.describe_cpu()}): the trainer refuses rollout.engine=fast-bf16 "
+           "here, so the fast mode's side was not run")
+    print(f"policylab-fast skipped: {why}", flush=True)
+    return [s for s in sides if s != "policylab-fast"], {"policylab-fast": why}
+
+
 def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse(argv)
@@ -392,6 +407,7 @@ def main(argv=None) -> dict:
     if any(s.startswith("trl") for s in sides) and not have_trl:
         print("trl is not installed: skipping the TRL sides (make bench installs trl==1.16.0)", flush=True)
         sides = [s for s in sides if not s.startswith("trl")]
+    sides, skipped = without_fast_side_here(sides)
     results = {s: run_worker(s, a, passthrough) for s in sides}
     for r in results.values():
         r["summary"] = summarize(r)
@@ -404,7 +420,7 @@ def main(argv=None) -> dict:
                    f"fp32 weights, train dtype {a.train_dtype}, policylab engine {a.engine}-{a.engine_dtype}"
                    + (", TRL gradient checkpointing ON (its default)" if a.trl_gradient_checkpointing
                       else ", TRL gradient checkpointing OFF")),
-        "sides": results, "micro_batch": a.micro_batch,
+        "sides": results, "micro_batch": a.micro_batch, "skipped": skipped,
     }
     trl = results.get("trl")
     if trl:

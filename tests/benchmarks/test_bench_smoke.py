@@ -58,6 +58,23 @@ def test_vs_trl_policylab_half_tiny(tmp_path, small_model_dir):
     assert "| completions/s |" in md and "| peak RSS (MB) |" in md and "| allocator |" in md
 
 
+NATIVE_BF16 = __import__("policylab.engines.cpu", fromlist=["x"]).bf16_training_native()
+
+
+def test_vs_trl_leaves_the_fast_side_out_without_native_bf16(tmp_path, small_model_dir, monkeypatch):
+    """On a CPU without native bf16 the trainer refuses the fast mode: the benchmark runs the
+    other sides and its report says why the fast side is missing."""
+    from policylab.engines import cpu
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: frozenset({"avx2", "fma"}))
+    vs_trl = _load("vs_trl")
+    report = vs_trl.main(_vs_trl_args(small_model_dir, tmp_path / "v", "policylab,policylab-fast"))
+    assert set(report["sides"]) == {"policylab"} and "no native bf16" in report["skipped"]["policylab-fast"]
+    assert "policylab-fast: not run, this CPU has no native bf16" in (tmp_path / "v.md").read_text()
+
+
+@pytest.mark.skipif(not NATIVE_BF16, reason="the fast mode needs native bf16 (avx512_bf16 / amx_bf16); this CPU "
+                    "has none, and the trainer refuses it (the side-skipping test above runs here)")
 def test_vs_trl_fast_side_tiny(tmp_path, small_model_dir):
     """The fast-mode side samples with the bf16 engine and trains GRPO paired with TIS."""
     vs_trl = _load("vs_trl")

@@ -46,6 +46,8 @@ def test_learn_vs_trl_policylab_half_tiny(tmp_path, small_model_dir):
     assert (tmp_path / "l.png").stat().st_size > 1000 and "| policylab | 0 |" in (tmp_path / "l.md").read_text()
 
 
+@pytest.mark.skipif(not __import__("policylab.engines.cpu", fromlist=["x"]).bf16_training_native(),
+                    reason="the fast mode needs native bf16 (avx512_bf16 / amx_bf16), which this CPU has not")
 def test_learn_vs_trl_fast_side_and_step_schedule_tiny(tmp_path, small_model_dir):
     """The fast mode's side trains with the bf16 engine and TIS; --eval-every-steps puts the
     evaluations at step multiples; both policylab sides give the equal-steps comparison."""
@@ -60,6 +62,16 @@ def test_learn_vs_trl_fast_side_and_step_schedule_tiny(tmp_path, small_model_dir
     assert all(s % 2 == 0 for s in steps[1:-1]) and steps[0] == 0
     eq = report["fast_vs_exact"][0]
     assert eq["step"] == min(fast["points"][-1]["step"], report["runs"]["policylab"][0]["points"][-1]["step"])
+
+
+def test_learn_vs_trl_without_native_bf16_runs_the_exact_side_alone(tmp_path, small_model_dir, monkeypatch):
+    from policylab.engines import cpu
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: frozenset({"avx2"}))
+    learn = _load("learn_vs_trl")
+    report = learn.main(_learn_args(small_model_dir, tmp_path / "s", "policylab,policylab-fast"))
+    assert set(report["runs"]) == {"policylab"} and "fast_vs_exact" not in report
+    assert "policylab-fast: not run, this CPU has no native bf16" in (tmp_path / "s.md").read_text()
 
 
 def test_learn_vs_trl_spread_and_equal_steps_rules():

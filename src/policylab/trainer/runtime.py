@@ -311,7 +311,7 @@ def wait_policy(env=None) -> str:
 WAIT_ENV = "POLICYLAB_WAIT_POLICY"
 # the `policylab` command's wait policy when the user sets none (benchmarks/busy_machine.py;
 # the table in benchmarks/README.md, "Under load")
-DEFAULT_WAIT = "spin:1000"
+DEFAULT_WAIT = "spin:10000"
 
 _wait_reason: str | None = None
 
