@@ -236,10 +236,18 @@ def _run(name, tiny_model_dir, tmp_path) -> dict:
             "weights": {k: _digest(before[k], m, dirs[k]) for k, m in models.items()}}
 
 
-def _metric_close(got: float, want: float) -> bool:
+# SIS's acceptance diagnostics are 1 - p and log p of an acceptance probability within ~4e-7
+# of 1, set by fp32 rounding of the behavior log-probs: measured between an AVX-512 and an
+# AVX2-only host, 0.99999967 vs 0.99999958 and 3.3e-7 vs 4.2e-7 (9e-8 apart). An absolute
+# floor of 1e-6 for these two only; the update itself (loss, gradients) keeps the tolerance above.
+_ROUNDING_FLOOR = {"correction/sis/accept_prob_mean": 1e-6, "correction/sis/log_envelope_mean": 1e-6}
+
+
+def _metric_close(got: float, want: float, key: str = "") -> bool:
     if math.isnan(got) or math.isnan(want):
         return math.isnan(got) and math.isnan(want)
-    return math.isclose(got, want, **_METRIC_TOL)
+    tol = dict(_METRIC_TOL, abs_tol=max(_METRIC_TOL["abs_tol"], _ROUNDING_FLOOR.get(key, 0.0)))
+    return math.isclose(got, want, **tol)
 
 
 def _vector_close(got: dict, want: dict) -> bool:
@@ -254,7 +262,7 @@ def compare(name: str, got: dict, want: dict) -> None:
     for step, (g, w) in enumerate(zip(got["metrics"], want["metrics"])):
         missing = sorted(set(w) - set(g))
         assert not missing, f"step {step}: metrics no longer logged: {missing}"
-        wrong = {k: (g[k], w[k]) for k in w if not _metric_close(g[k], w[k])}
+        wrong = {k: (g[k], w[k]) for k in w if not _metric_close(g[k], w[k], k)}
         assert not wrong, f"step {step}: metrics differ (got, recorded): {wrong}"
     assert len(got["grads"]) == len(want["grads"]), "a different number of optimizer steps"
     for i, (g, w) in enumerate(zip(got["grads"], want["grads"])):

@@ -47,6 +47,17 @@ def _fonts() -> list[str]:
     from matplotlib import font_manager
 
     have = {f.name for f in font_manager.fontManager.ttflist}
+    if not any(f in have for f in CJK_FONTS):
+        # a font installed after matplotlib built its font cache (~/.cache/matplotlib) is
+        # missing from it: add the system's font files the cache does not know, once
+        known = {f.fname for f in font_manager.fontManager.ttflist}
+        for path in font_manager.findSystemFonts():
+            if path not in known:
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):  # a file FreeType cannot read is no font to use
+                    continue
+        have = {f.name for f in font_manager.fontManager.ttflist}
     return ["DejaVu Sans"] + [f for f in CJK_FONTS if f in have]
 
 
