@@ -133,6 +133,10 @@ def _policy(method, model_name: str, train, shape, controllers):
     model, tokenizer = load_policy(model_name, dtype=dtype)
     model.to(torch.device(train.device)).train()
     model.config.use_cache = True
+    if train.recompute_elementwise:
+        from policylab.models.recompute import recompute_elementwise
+
+        recompute_elementwise(model)
     ref = copy.deepcopy(model).eval().requires_grad_(False) if "logp_ref" in method.roles else None
     if train.lora_rank > 0:
         model = wrap_lora(model, train)

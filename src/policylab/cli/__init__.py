@@ -157,7 +157,8 @@ def _add_run_commands(sub) -> None:
     r = sub.add_parser("resume", help="resume a run from its latest checkpoint")
     r.add_argument("run_dir")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="change train.steps, train.micro_batch_size, train.shared_prefix, eval.*, log.*, threads")
+                   help="change train.steps, train.micro_batch_size, train.shared_prefix, "
+                        "train.recompute_elementwise, eval.*, log.*, threads")
     r.add_argument("--from", dest="from_checkpoint", metavar="step_N", help="resume from this checkpoint of the run")
     r.add_argument("--allow-imports", action="store_true", help=allow_help)
     r.set_defaults(fn=_resume)

@@ -66,6 +66,7 @@ class TrainConfig:
     critic_lr: float = 1e-5  # learning rate of the critic (value head + backbone copy) of methods that have one
     skip_nonfinite: bool = True  # skip (and log) an optimizer step whose loss or grads are non-finite
     shared_prefix: bool = True  # compute each distinct prompt once per minibatch (same gradient; see policylab.models.prefix)
+    recompute_elementwise: bool = True  # Llama RMSNorm and SiLU-gate intermediates recomputed in the backward instead of kept: bit-identical gradients, ~a quarter less activation memory (policylab.models.recompute)
     budget_seconds: float = 0.0  # > 0: also stop once training wall-clock (evaluations excluded) reaches this; train.steps is the cap
     budget_tokens: int = 0  # > 0: also stop once this many response tokens were sampled for training; train.steps is the cap
 

@@ -17,7 +17,10 @@ resident (the weights are resident, so MemAvailable already excludes them):
       head     = B V (4 x 4 + 8)                          logits, scaled, softmax, log-softmax (fp32)
                                                          and the fp64 cumulative sum of the draw
     training, one micro-batch with gradients:
-      act      = n_l (8H + 4 n_kv D + 4I) b              activations kept for the backward, per token
+      act      = n_l (8H + 4 n_kv D + 4I) b              activations kept for the backward, per token;
+                 n_l (6H + 4 n_kv D + 3I) b              with train.recompute_elementwise (the RMSNorms'
+                                                         normalized inputs and silu(g) recomputed,
+                                                         policylab.models.recompute)
       rows     = m S act + 3 m T V 4                     a micro-batch's forward and its logits
       prefix   = U P act + 2 m P kv                      train.shared_prefix (G >= 2): the U distinct
                                                          prompts of a minibatch once, plus the rows'
@@ -86,7 +89,13 @@ class ModelShape:
     @property
     def act_bytes(self) -> int:
         """Activations kept for the backward per trained token, every layer."""
+        return self.activation_bytes(recompute=False)
+
+    def activation_bytes(self, *, recompute: bool) -> int:
+        """`act_bytes`, or with the elementwise parts recomputed (module doc)."""
         h, i, kvd = self.hidden, self.intermediate, self.kv_heads * self.head_dim
+        if recompute:
+            return self.layers * (6 * h + 4 * kvd + 3 * i) * self.bytes_per_element
         return self.layers * (8 * h + 4 * kvd + 4 * i) * self.bytes_per_element
 
 
@@ -114,6 +123,7 @@ class StepLayout:
     minibatches: int = 1
     shared_prefix: bool = False
     first_update_params: int = 0
+    recompute: bool = False
 
 
 def sampling_bytes(shape: ModelShape, layout: StepLayout, *, n_prompts: int, prompt_len: int) -> dict:
@@ -131,12 +141,13 @@ def training_bytes(shape: ModelShape, layout: StepLayout, *, n_prompts: int, pro
     rows_per_minibatch = max(1, (N * G) // max(1, layout.minibatches))
     m = min(layout.micro_batch_size, rows_per_minibatch)
     parts = {}
+    act = shape.activation_bytes(recompute=layout.recompute)
     if layout.shared_prefix and G >= 2:
         U = min(N, rows_per_minibatch)
-        parts["shared prompt prefix"] = U * P * shape.act_bytes + 2 * m * P * shape.kv_bytes
-        parts["micro-batch"] = m * T * shape.act_bytes + 3 * m * T * shape.vocab * 4
+        parts["shared prompt prefix"] = U * P * act + 2 * m * P * shape.kv_bytes
+        parts["micro-batch"] = m * T * act + 3 * m * T * shape.vocab * 4
     else:
-        parts["micro-batch"] = m * (P + T) * shape.act_bytes + 3 * m * T * shape.vocab * 4
+        parts["micro-batch"] = m * (P + T) * act + 3 * m * T * shape.vocab * 4
     if layout.first_update_params:
         parts["gradients + AdamW moments (first update)"] = layout.first_update_params * (shape.bytes_per_element + 8)
     return parts
@@ -221,7 +232,8 @@ def check_sampling(trainer, prompts) -> None:
         first += sum(p.numel() for p in critic.parameters() if p.requires_grad)
     lengths = [len(p) for p in prompts]
     layout = StepLayout(group_size=r.group_size, max_new_tokens=r.max_new_tokens, micro_batch_size=t.micro_batch_size,
-                        minibatches=t.minibatches, shared_prefix=t.shared_prefix, first_update_params=first)
+                        minibatches=t.minibatches, shared_prefix=t.shared_prefix, first_update_params=first,
+                        recompute=t.recompute_elementwise)
     kw = dict(prompt_lengths=lengths, train_prompts=r.prompts_per_step)
     est = estimate_step(shape, layout, **kw)
     limit = FIT_FRACTION * avail

@@ -13,9 +13,9 @@ from policylab.trainer.support import load_run_config
 
 # keys `policylab resume --set` may change: none alters the method, the data stream or
 # the model (train.micro_batch_size and train.shared_prefix give the same update up to
-# float rounding); every other key is refused
-RESUME_CHANGEABLE = ("train.steps", "train.micro_batch_size", "train.shared_prefix", "eval.*", "log.*", "threads",
-                     "keep_freed_memory")
+# float rounding, train.recompute_elementwise bit for bit); every other key is refused
+RESUME_CHANGEABLE = ("train.steps", "train.micro_batch_size", "train.shared_prefix", "train.recompute_elementwise",
+                     "eval.*", "log.*", "threads", "keep_freed_memory")
 
 
 def resume_changes(cfg: RunConfig, overrides) -> tuple[RunConfig, dict]:
