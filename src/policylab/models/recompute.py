@@ -17,8 +17,9 @@ operations per trained token, against the matrix products around them.
 
 Per token and layer this drops one hidden-size vector in fp32 per RMSNorm (two norms) and
 one intermediate-size vector (silu(g)) in the compute dtype: on SmolLM2-135M
-(H = 576, I = 1536, 30 layers) 13.8 KB of ~43 KB in fp32 training and 9.2 KB of ~29 KB
-under bf16 autocast (the estimate of `policylab.trainer.memory` follows the setting).
+(H = 576, I = 1536, 30 layers) 10.5 KB of the ~44 KB a layer keeps per token in fp32
+training, 7.5 KB of ~30 KB under bf16 autocast (besides the bf16 weight copies autocast
+keeps for the backward). The estimate of `policylab.trainer.memory` follows the setting.
 
 Only the exact Hugging Face Llama classes are changed (`LlamaRMSNorm`, `LlamaMLP`: their
 forward is known); every other module, and every module outside a gradient-recording
