@@ -244,14 +244,31 @@ def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, 
     """Forward and backward over the plan's micro-batches, gradients accumulated.
     Returns (per-term loss totals, reduced metrics, whether a loss was non-finite)."""
     minibatch, adv = plan.minibatch, plan.adv
+    lengths = minibatch.attention_mask.sum(-1)
+    # bf16: one autocast region around the whole accumulation, so the prompt prefix and
+    # every micro-batch share autocast's bf16 casts of the weights (made once, freed at the
+    # end of the step) instead of each forward keeping its own copy alive until its backward
+    with autocast(settings.dtype, settings.device):
+        return _accumulate(model, method, plan, settings, minibatch, adv, lengths,
+                           old_from_same_forward=old_from_same_forward)
+
+
+def _backward(loss_or_prefix, settings: UpdateSettings) -> None:
+    """A backward inside `accumulate`'s autocast region, with autocast off (nested, so the
+    region's cast cache stays): the backward runs as it would outside the region."""
+    with torch.autocast(torch.device(settings.device).type, enabled=False) if settings.dtype == "bf16" \
+            else contextlib.nullcontext():
+        loss_or_prefix.backward()
+
+
+def _accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, minibatch, adv, lengths, *,
+                old_from_same_forward: bool):
     need_entropy = method.needs_entropy_grad
     reducer = MetricReducer()
     totals = {name: 0.0 for name in plan.norms}
-    lengths = minibatch.attention_mask.sum(-1)
     prefix = None
     if settings.shared_prefix:
-        with autocast(settings.dtype, settings.device):
-            prefix = shared_prefix_or_none(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
+        prefix = shared_prefix_or_none(model, minibatch.tokens, minibatch.attention_mask, minibatch.prompt_width)
     if prefix is not None:
         lengths = minibatch.loss_mask.sum(-1)  # micro-batches then carry response tokens only
     by_group = method.objective.row_coupling == "group"
@@ -270,7 +287,7 @@ def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, 
             continue
         if not torch.isfinite(loss):
             return totals, reducer.result(), True
-        loss.backward()
+        _backward(loss, settings)
         m = dict(metrics)
         m["policy/entropy"] = float(masked_mean(entropy, mb.loss_mask))
         if mb.logp_behavior is not None:
@@ -282,7 +299,7 @@ def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, 
                     mismatch_max = max(mismatch_max, float(gap[mb.loss_mask].max()))
         reducer.add(m, weight=float(mb.loss_mask.sum()))
     if prefix is not None:
-        prefix.backward()  # the prompts' share of the gradient, through the prefix graph once
+        _backward(prefix, settings)  # the prompts' share of the gradient, through the prefix graph once
     out = reducer.result()
     if old_mismatch and "mismatch/old_vs_behavior_abs_dlogp_mean" in out:
         out["mismatch/old_vs_behavior_abs_dlogp_max"] = mismatch_max
