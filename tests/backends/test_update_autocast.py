@@ -26,8 +26,7 @@ def _per_forward_regions(monkeypatch):
         with monkeypatch.context() as mp:
             mp.setattr(update, "shared_prefix_or_none", prefix_in_own_region)
             assert not torch.is_autocast_enabled("cpu")
-            return update._accumulate(model, method, plan, settings, plan.minibatch, plan.adv,
-                                      plan.minibatch.attention_mask.sum(-1), old_from_same_forward=old_from_same_forward)
+            return update._accumulate(model, method, plan, settings, old_from_same_forward=old_from_same_forward)
 
     return accumulate
 

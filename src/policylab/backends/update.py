@@ -243,26 +243,23 @@ def _micro_batch_loss(method: Method, mb: RolloutBatch, inp: LossInputs, norms: 
 def accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, *, old_from_same_forward: bool):
     """Forward and backward over the plan's micro-batches, gradients accumulated.
     Returns (per-term loss totals, reduced metrics, whether a loss was non-finite)."""
-    minibatch, adv = plan.minibatch, plan.adv
-    lengths = minibatch.attention_mask.sum(-1)
     # bf16: one autocast region around the whole accumulation, so the prompt prefix and
     # every micro-batch share autocast's bf16 casts of the weights (made once, freed at the
     # end of the step) instead of each forward keeping its own copy alive until its backward
     with autocast(settings.dtype, settings.device):
-        return _accumulate(model, method, plan, settings, minibatch, adv, lengths,
-                           old_from_same_forward=old_from_same_forward)
+        return _accumulate(model, method, plan, settings, old_from_same_forward=old_from_same_forward)
 
 
 def _backward(loss_or_prefix, settings: UpdateSettings) -> None:
     """A backward inside `accumulate`'s autocast region, with autocast off (nested, so the
     region's cast cache stays): the backward runs as it would outside the region."""
-    with torch.autocast(torch.device(settings.device).type, enabled=False) if settings.dtype == "bf16" \
-            else contextlib.nullcontext():
+    with torch.autocast(torch.device(settings.device).type, enabled=False):
         loss_or_prefix.backward()
 
 
-def _accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, minibatch, adv, lengths, *,
-                old_from_same_forward: bool):
+def _accumulate(model, method: Method, plan: StepPlan, settings: UpdateSettings, *, old_from_same_forward: bool):
+    minibatch, adv = plan.minibatch, plan.adv
+    lengths = minibatch.attention_mask.sum(-1)
     need_entropy = method.needs_entropy_grad
     reducer = MetricReducer()
     totals = {name: 0.0 for name in plan.norms}
