@@ -31,7 +31,10 @@ without a graph (a metric only: cheaper, and no gradient can reach it).
 Memory: the flattened B*T positions (not the vocabulary) are processed `chunk_size` rows at a time; when a
 gradient is needed each chunk is recomputed in the backward pass
 (torch.utils.checkpoint), so only one chunk's [chunk, V] intermediates are alive at a
-time. Without `chunk_size` everything is one chunk (no recomputation).
+time. Without `chunk_size` everything is one chunk (no recomputation). Within a chunk the
+log-prob of the target keeps one [chunk, V] tensor for the backward, whose backward
+writes the gradient into its own input buffer (`_TargetLogProb`), and every other
+[chunk, V] intermediate is freed as soon as it is spent.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 from policylab.kernels.checks import check_mask
@@ -109,18 +114,75 @@ def _rows(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float, with_entropy: bool | str,
     allowed_ids: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [N, V] -> (logp [N], entropy [N] or an empty tensor)."""
-    z = restrict_to(logits.to(_compute_dtype(logits.dtype)) / temperature, allowed_ids)
+    """logits [N, V] -> (logp [N], entropy [N] or an empty tensor).
+
+    Memory: [N, V] intermediates are released as soon as they are spent (the logits and the
+    scaled logits once the log-softmax exists; a temperature of 1 divides nothing), and a
+    detached entropy is computed `_ENTROPY_BLOCK` elements at a time, so the peak beside
+    the log-softmax the backward keeps is about one more [N, V] tensor, not five."""
+    z = logits.to(_compute_dtype(logits.dtype))
+    del logits  # this frame held the caller's temporary: the head's output is freed with z
+    if temperature != 1.0:  # x / 1.0 == x exactly, value and gradient
+        z = z / temperature
+    z = restrict_to(z, allowed_ids)
     if top_k > 0 or top_p < 1.0:
         z = z.masked_fill(~kept_set(z, top_k=top_k, top_p=top_p), float("-inf"))
-    logp_all = torch.log_softmax(z, dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    if not with_entropy:
-        return logp, logp.new_empty(0)
-    if with_entropy == "detached":  # a metric only: no graph kept for it
-        with torch.no_grad():
-            return logp, _entropy(logp_all.detach())
-    return logp, _entropy(logp_all)
+    if with_entropy is True:  # the entropy's gradient is wanted: autograd's own graph
+        logp_all = torch.log_softmax(z, dim=-1)
+        del z  # the log-softmax's backward reads its output only
+        return logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1), _entropy(logp_all)
+    return _TargetLogProb.apply(z, targets, with_entropy == "detached")
+
+
+class _TargetLogProb(torch.autograd.Function):
+    """log_softmax(z)[n, t_n], the same values and bit-identical gradients as autograd's graph
+    of `log_softmax(z).gather(-1, t)`, with one [N, V] tensor fewer in the backward.
+
+    That graph's backward builds gather's dense [N, V] gradient, then log_softmax's [N, V]
+    input gradient while both it and the kept log-softmax are alive: three [N, V] tensors
+    at once (210 MB for 360 positions of a 49,152-token vocabulary in fp32). Here the
+    same backward kernel (`torch._log_softmax_backward_data`: g - exp(log_softmax) * sum(g)
+    per row) writes its result into the dense gradient it reads, element by element after
+    the row's sum, so two are alive. The kept log-softmax is not modified (a second
+    backward with `retain_graph=True` is valid); the backward is not itself differentiable
+    (no double backward). With `detached_entropy` each row's entropy is returned as well
+    (no gradient reaches it)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, targets: torch.Tensor, detached_entropy: bool):
+        logp_all = torch.log_softmax(z, dim=-1)
+        idx = targets.unsqueeze(-1)
+        logp = logp_all.gather(-1, idx).squeeze(-1)
+        ent = _entropy_in_blocks(logp_all) if detached_entropy else logp.new_empty(0)
+        ctx.mark_non_differentiable(ent)
+        ctx.save_for_backward(logp_all, idx)
+        return logp, ent
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: torch.Tensor, _g_entropy):
+        logp_all, idx = ctx.saved_tensors
+        grad = torch.zeros_like(logp_all).scatter_(-1, idx, g.unsqueeze(-1).to(logp_all.dtype))  # gather's gradient
+        torch._log_softmax_backward_data(grad, logp_all, -1, logp_all.dtype, out=grad)
+        return grad, None, None
+
+
+_ENTROPY_BLOCK = 1 << 21  # elements per block of a detached entropy (8 MB in fp32)
+
+
+def _entropy_in_blocks(logp_all: torch.Tensor) -> torch.Tensor:
+    """`_entropy` of [N, V] log-probs without gradient, a block of rows at a time: the
+    temporaries (exp, the -inf-free copy, their product) are [rows, V] instead of [N, V].
+    Each row's value is the same sum as `_entropy`'s, up to the order in which a
+    reduction kernel adds it."""
+    N, V = logp_all.shape
+    rows = max(1, _ENTROPY_BLOCK // max(V, 1))
+    if N <= rows:
+        return _entropy(logp_all)
+    out = logp_all.new_empty(N)
+    for start in range(0, N, rows):
+        out[start : start + rows] = _entropy(logp_all[start : start + rows])
+    return out
 
 
 def _entropy(logp_all: torch.Tensor) -> torch.Tensor:
@@ -328,6 +390,7 @@ def model_logprobs(
         out = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
         hidden = out.last_hidden_state[:, prompt_width - 1 :]
         return logprobs_from_hidden(hidden, head, softcap, targets, mask, sampling=s, chunk_size=chunk_size,
+                                    tied=head_is_tied(model, head),
                                     with_entropy=with_entropy)
     logits = model(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False).logits
     return token_logprobs(
@@ -338,12 +401,13 @@ def model_logprobs(
 
 def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targets: torch.Tensor,
                          mask: torch.Tensor, *, sampling: SamplingSettings, chunk_size: int | None = None,
-                         with_entropy: bool | str = False):
+                         with_entropy: bool | str = False, tied: bool = False):
     """The response tail of `model_logprobs`: final hidden states [B, T, H] at the positions
     that predict `targets` [B, T] -> the output head (with the softcap, if any), in
     `chunk_size` chunks -> log-probs under `sampling`, 0 outside `mask` (and entropy).
     Shared with the shared-prefix path (`policylab.models.prefix`). Under autocast (bf16
-    training) the head and everything after it run in fp32 (autocast off there)."""
+    training) the head and everything after it run in fp32 (autocast off there).
+    `tied`: the head's weight is the input embedding's (`head_is_tied`; see `_head`)."""
     s = sampling
 
     def row_logits(h: torch.Tensor) -> torch.Tensor:
@@ -352,9 +416,9 @@ def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targ
             # head, the softcap and the log-softmax run in fp32 on the fp32 master weights,
             # so every log-prob a ratio is formed from has fp32 logits
             with torch.autocast(h.device.type, enabled=False):
-                z = head(h.float())
+                z = _head(head, h.float(), tied)
         else:
-            z = head(h)
+            z = _head(head, h, tied)
         return z if softcap is None else torch.tanh(z / softcap) * softcap
 
     flat = hidden.reshape(-1, hidden.shape[-1])
@@ -364,6 +428,41 @@ def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targ
     )
     settings = f"temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}" + _menu(s.allowed_ids)
     return _finish(lp, ent, targets, mask, with_entropy, settings)
+
+
+class _PlainGrad(torch.autograd.Function):
+    """The identity on a weight, whose backward hands on its gradient as a tensor that is
+    not a view (same storage, no copy)."""
+
+    @staticmethod
+    def forward(ctx, w: torch.Tensor) -> torch.Tensor:
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        return g.detach()
+
+
+def _head(head, h: torch.Tensor, tied: bool) -> torch.Tensor:
+    """The output head on hidden states h. For a plain linear head whose weight is also the
+    input embedding (SmolLM2, Llama 3.2, Gemma), the head's weight gradient is computed
+    first in the backward and waits at the weight for the embedding's, which comes last.
+    It arrives as a view (the transpose of the matrix product's [H, V] output), and
+    autograd adds a second gradient in place only into a tensor that is not a view: it
+    allocates a third [V, H] buffer for the sum instead (108 MB for SmolLM2-135M in fp32),
+    at the end of the backward, where the step's memory peaks. `_PlainGrad` hands the
+    same storage on as a plain tensor, so the embedding's gradient is added into it: the
+    same two tensors summed in the same order, one [V, H] buffer fewer."""
+    if tied and type(head) is torch.nn.Linear and head.weight.requires_grad and torch.is_grad_enabled():
+        return F.linear(h, _PlainGrad.apply(head.weight), head.bias)
+    return head(h)
+
+
+def head_is_tied(model: torch.nn.Module, head) -> bool:
+    """Whether `head`'s weight is the model's input embedding (one tensor, two uses)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    w = getattr(head, "weight", None)
+    return w is not None and emb is not None and getattr(emb, "weight", None) is w
 
 
 def split_head(model: torch.nn.Module):
