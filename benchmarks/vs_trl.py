@@ -259,6 +259,46 @@ def summarize(res: dict) -> dict:
             "mean_reward": (sum(s["reward"] for s in steps if s["reward"] is not None) / len(steps)) if steps else None}
 
 
+# two-sided 95% Student t quantiles by degrees of freedom (1 ... 10; normal beyond)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def reward_vs_trl(side: dict, trl: dict) -> dict:
+    """policylab's reward minus TRL's, with a 95% interval, two ways.
+
+    training: per step, over the same prompts on both sides (paired by step; a step's
+    reward is the mean over its prompts x samples), mean of the differences and a t
+    interval over the steps. held-out (when both sides ran `--eval-n`): accuracy
+    difference on the same held-out prompts, normal interval from the two standard errors.
+    `lower` is True only when the interval lies entirely below 0 (TRL's reward is higher
+    beyond noise)."""
+    pairs = [(a["reward"], b["reward"]) for a, b in zip(side["steps"], trl["steps"])
+             if a["reward"] is not None and b["reward"] is not None]
+    out: dict = {}
+    if len(pairs) >= 2:
+        d = [a - b for a, b in pairs]
+        n = len(d)
+        mean = sum(d) / n
+        sd = (sum((x - mean) ** 2 for x in d) / (n - 1)) ** 0.5
+        half = _T95.get(n - 1, 1.96) * sd / n ** 0.5
+        out["training"] = {"diff": mean, "lo": mean - half, "hi": mean + half, "steps": n,
+                           "lower": mean + half < 0}
+    if "heldout" in side and "heldout" in trl:
+        a, b = side["heldout"], trl["heldout"]
+        diff = a["accuracy"] - b["accuracy"]
+        half = 1.96 * (a["accuracy_stderr"] ** 2 + b["accuracy_stderr"] ** 2) ** 0.5
+        out["heldout"] = {"diff": diff, "lo": diff - half, "hi": diff + half, "n": a["n_prompts"],
+                          "lower": diff + half < 0}
+    return out
+
+
+def _fmt_vs_trl(c: dict | None) -> str:
+    if not c:
+        return "-"
+    return (f"{c['diff']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}]"
+            + (" lower" if c["lower"] else " within noise or higher"))
+
+
 def machine() -> str:
     cpu = platform.machine()
     try:
@@ -313,6 +353,12 @@ def to_markdown(report: dict) -> str:
         row("held-out sampled accuracy after training",
             lambda r: (f"{r['heldout']['accuracy']:.3f} ± {r['heldout']['accuracy_stderr']:.3f} "
                        f"(n={r['heldout']['n_prompts']})") if "heldout" in r else "-")
+    if any("reward_vs_trl" in R[s] for s in sides):
+        row("training reward − TRL's, 95% CI (paired by step)",
+            lambda r: _fmt_vs_trl(r.get("reward_vs_trl", {}).get("training")))
+        if any("heldout" in R[s].get("reward_vs_trl", {}) for s in sides):
+            row("held-out accuracy − TRL's, 95% CI",
+                lambda r: _fmt_vs_trl(r.get("reward_vs_trl", {}).get("heldout")))
     for s in sides:
         if s.startswith("policylab"):
             st = R[s]["steps"]
@@ -426,8 +472,10 @@ def main(argv=None) -> dict:
     if trl:
         want = [e.prompt for e in shared_prompts(a.prompts * a.steps, a.seed)]
         report["same_prompts"] = trl["prompts_seen"] == want
-        for r in results.values():
+        for name, r in results.items():
             r["ratio_vs_trl"] = r["summary"]["completions_per_s"] / trl["summary"]["completions_per_s"]
+            if name.startswith("policylab"):
+                r["reward_vs_trl"] = reward_vs_trl(r, trl)
         if "policylab" in results:
             report["ratio_vs_trl"] = results["policylab"]["ratio_vs_trl"]
         if "policylab-fast" in results:

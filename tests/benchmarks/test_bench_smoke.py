@@ -106,6 +106,27 @@ def test_fast_mode_error_tiny(tmp_path, tiny_model_dir):
     assert "## The fast mode's bf16 training rule" in md and "**Allowed: " in md
 
 
+def test_reward_vs_trl_hand_worked():
+    vs_trl = _load("vs_trl")
+    steps = lambda rs: [{"reward": r} for r in rs]  # noqa: E731
+    # step differences 0.1, 0.0, -0.1, 0.2: mean 0.05, sd 0.1291, t(3) = 3.182 -> half 0.2054
+    c = vs_trl.reward_vs_trl({"steps": steps([0.3, 0.2, 0.1, 0.4])}, {"steps": steps([0.2, 0.2, 0.2, 0.2])})
+    t = c["training"]
+    assert t["steps"] == 4 and t["diff"] == pytest.approx(0.05)
+    assert t["hi"] - t["diff"] == pytest.approx(3.182 * 0.129099 / 2, rel=1e-4)
+    assert t["lower"] is False and "heldout" not in c
+    # every step lower by 0.1 +- 0.01: the interval lies below 0
+    c = vs_trl.reward_vs_trl({"steps": steps([0.1, 0.11, 0.09])}, {"steps": steps([0.2, 0.2, 0.2])})
+    assert c["training"]["lower"] is True
+    # held-out: 0.30 +- 0.03 vs 0.40 +- 0.04 -> -0.10 +- 1.96 * 0.05
+    h = vs_trl.reward_vs_trl({"steps": [], "heldout": {"accuracy": 0.3, "accuracy_stderr": 0.03, "n_prompts": 128}},
+                             {"steps": [], "heldout": {"accuracy": 0.4, "accuracy_stderr": 0.04, "n_prompts": 128}})
+    assert "training" not in h
+    assert h["heldout"]["lo"] == pytest.approx(-0.198) and h["heldout"]["hi"] == pytest.approx(-0.002)
+    assert h["heldout"]["lower"] is True
+    assert vs_trl._fmt_vs_trl(h["heldout"]) == "-0.100 [-0.198, -0.002] lower"
+
+
 @pytest.mark.slow  # ~20 s: TRL import and trainer set-up; runs with `make test-all` when trl is installed
 def test_vs_trl_both_halves_tiny(tmp_path, small_model_dir, capsys):
     pytest.importorskip("trl")
@@ -113,6 +134,7 @@ def test_vs_trl_both_halves_tiny(tmp_path, small_model_dir, capsys):
     report = vs_trl.main(_vs_trl_args(small_model_dir, tmp_path / "v", "trl,policylab"))
     assert report["same_prompts"] is True
     assert report["sides"]["trl"]["steps"][0]["completions"] == 8
+    assert report["sides"]["policylab"]["reward_vs_trl"] == {}  # one step: no interval is claimed
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"ratio_vs_trl={report['ratio_vs_trl']:.3f}"
 
