@@ -143,10 +143,11 @@ class _TargetLogProb(torch.autograd.Function):
     at once (210 MB for 360 positions of a 49,152-token vocabulary in fp32). Here the
     same backward kernel (`torch._log_softmax_backward_data`: g - exp(log_softmax) * sum(g)
     per row) writes its result into the dense gradient it reads, element by element after
-    the row's sum, so two are alive. The kept log-softmax is not modified (a second
-    backward with `retain_graph=True` is valid); the backward is not itself differentiable
-    (no double backward). With `detached_entropy` each row's entropy is returned as well
-    (no gradient reaches it)."""
+    the row's sum, so two are alive (on the CPU, where tests/models/test_logprob_memory.py
+    checks it bit for bit; other devices get a fresh output tensor). The kept log-softmax
+    is not modified (a second backward with `retain_graph=True` is valid); the backward is
+    not itself differentiable (no double backward). With `detached_entropy` each row's
+    entropy is returned as well (no gradient reaches it)."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, targets: torch.Tensor, detached_entropy: bool):
@@ -163,8 +164,10 @@ class _TargetLogProb(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor, _g_entropy):
         logp_all, idx = ctx.saved_tensors
         grad = torch.zeros_like(logp_all).scatter_(-1, idx, g.unsqueeze(-1).to(logp_all.dtype))  # gather's gradient
-        torch._log_softmax_backward_data(grad, logp_all, -1, logp_all.dtype, out=grad)
-        return grad, None, None
+        if grad.device.type == "cpu":  # the CPU kernel reads a row's gradient before it writes it (tested)
+            torch._log_softmax_backward_data(grad, logp_all, -1, logp_all.dtype, out=grad)
+            return grad, None, None
+        return torch._log_softmax_backward_data(grad, logp_all, -1, logp_all.dtype), None, None
 
 
 _ENTROPY_BLOCK = 1 << 21  # elements per block of a detached entropy (8 MB in fp32)
