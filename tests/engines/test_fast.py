@@ -293,15 +293,17 @@ def test_lora_wrapped_model_in_fp32(tiny_model, tokenizer):
     peft = pytest.importorskip("peft")
     model = peft.get_peft_model(sharpen(tiny_model), peft.LoraConfig(r=4, lora_alpha=16, target_modules="all-linear",
                                                                       lora_dropout=0.0))
+    gen = torch.Generator().manual_seed(0)  # not the global RNG: its state depends on the tests run before
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
-                p.normal_(0, 0.5)  # a non-trivial adapter
+                p.normal_(0, 0.5, generator=gen)  # a non-trivial adapter
     s = SamplingSettings()
     a = sample(HFEngine(model, tokenizer), s, seed=1)
     b = sample(FastEngine(model, tokenizer, sampler="hf"), s, seed=1)
     assert torch.equal(a.tokens, b.tokens)
-    assert_close(b.logp_behavior[b.loss_mask], recompute(model, b)[b.loss_mask], rtol=0, atol=2e-5)
+    # two fp32 summation orders of the same forward: the error grows with |log p| (up to ~10 here)
+    assert_close(b.logp_behavior[b.loss_mask], recompute(model, b)[b.loss_mask], rtol=1e-5, atol=2e-5)
     with pytest.raises(ValueError, match="needs plain torch.nn.Linear projections.*peft"):
         FastEngine(model, tokenizer, dtype=torch.bfloat16)
 
