@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -387,12 +388,16 @@ def rewrite_report(path: str) -> dict:
     report = json.loads(src.read_text())
     add_vs_trl_equal_steps(report)
     src.write_text(json.dumps(report, indent=2))
-    plot(report["runs"], src.with_suffix(".png"), report["config"][:120])
+    plot(report["runs"], src.with_suffix(".png"), report["config"][:120],
+         by_steps=re.search(r"evaluated every \d+ steps", report["config"]) is not None)
     src.with_suffix(".md").write_text(to_markdown(report).replace("learn_vs_trl.png", src.with_suffix(".png").name))
     return report
 
 
-def plot(runs: dict, path: Path, title: str) -> None:
+def plot(runs: dict, path: Path, title: str, by_steps: bool = False) -> None:
+    """Held-out accuracy against training wall-clock, or against optimizer steps for a run
+    evaluated at fixed step counts (`--eval-every-steps`: it compares steps, and its
+    seconds may come from a shared machine)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -402,7 +407,7 @@ def plot(runs: dict, path: Path, title: str) -> None:
     colors = {}
     for side, by_seed in runs.items():
         for i, (seed, r) in enumerate(by_seed.items()):
-            xs = [p["seconds"] for p in r["points"]]
+            xs = [p["step" if by_steps else "seconds"] for p in r["points"]]
             ys = [p["accuracy"] for p in r["points"]]
             se = [p["accuracy_stderr"] for p in r["points"]]
             line, = ax.plot(xs, ys, marker="o", ms=3, ls="-" if i == 0 else "--", color=colors.get(side),
@@ -410,7 +415,7 @@ def plot(runs: dict, path: Path, title: str) -> None:
             colors[side] = line.get_color()
             ax.fill_between(xs, [y - s for y, s in zip(ys, se)], [y + s for y, s in zip(ys, se)],
                             color=line.get_color(), alpha=0.1)
-    ax.set_xlabel("training wall-clock (s, evaluations excluded)")
+    ax.set_xlabel("optimizer steps" if by_steps else "training wall-clock (s, evaluations excluded)")
     ax.set_ylabel("held-out accuracy (T = 1)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
@@ -577,7 +582,7 @@ def main(argv=None) -> dict:
         out = Path(a.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-        plot(runs, out.with_suffix(".png"), report["config"][:120])
+        plot(runs, out.with_suffix(".png"), report["config"][:120], by_steps=a.eval_every_steps > 0)
         md = to_markdown(report).replace("learn_vs_trl.png", out.with_suffix(".png").name)
         out.with_suffix(".md").write_text(md)
     for side in ("policylab-fast", "policylab"):  # exact fp32 last: its line is the last one printed
