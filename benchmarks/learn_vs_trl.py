@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -389,7 +388,7 @@ def rewrite_report(path: str) -> dict:
     add_vs_trl_equal_steps(report)
     src.write_text(json.dumps(report, indent=2))
     plot(report["runs"], src.with_suffix(".png"), report["config"][:120],
-         by_steps=re.search(r"evaluated every \d+ steps", report["config"]) is not None)
+         by_steps=report.get("eval_every_steps", 0) > 0)
     src.with_suffix(".md").write_text(to_markdown(report).replace("learn_vs_trl.png", src.with_suffix(".png").name))
     return report
 
@@ -555,7 +554,7 @@ def main(argv=None) -> dict:
                    f"seeds {','.join(map(str, a.seed_list))}, fp32 weights (policylab-fast: rollout.engine=fast-bf16, "
                    f"train dtype {a.fast_train_dtype}); budget {a.budget_s:g} s of training per side, evaluated "
                    f"{every} on {a.eval_n} held-out prompts"),
-        "runs": runs, "skipped": skipped,
+        "runs": runs, "skipped": skipped, "eval_every_steps": a.eval_every_steps,
     }
     if "trl" in runs and any(s in runs for s in POLICYLAB_SIDES):
         same = []

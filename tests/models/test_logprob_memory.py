@@ -82,17 +82,21 @@ def test_detached_entropy_in_blocks_equals_one_block(monkeypatch):
     torch.testing.assert_close(blocks, ref)
 
 
-def _backward_ops(model, tied: bool):
-    """(embedding-weight gradient, [V, H]-sized aten::add calls in the backward)."""
+def _backward_ops(model, plain_graph: bool, monkeypatch):
+    """(embedding-weight gradient, [V, H]-sized aten::add calls in the backward);
+    `plain_graph`: the head called as the module it is (autograd's own graph)."""
     torch.manual_seed(0)
     B, P, T = 3, 4, 5
     V = model.config.vocab_size
     tokens = torch.randint(3, V, (B, P + T))
     mask = torch.ones_like(tokens, dtype=torch.bool)
     decoder, head, softcap = LP.split_head(model)
-    hidden = decoder(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1].long()).last_hidden_state[:, P - 1:]
-    lp = LP.logprobs_from_hidden(hidden, head, softcap, tokens[:, P:], mask[:, P:],
-                                 sampling=SamplingSettings(temperature=1.0), tied=tied)
+    with monkeypatch.context() as mp:
+        if plain_graph:
+            mp.setattr(LP, "_head", lambda head, h: head(h))
+        hidden = decoder(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1].long()).last_hidden_state[:, P - 1:]
+        lp = LP.logprobs_from_hidden(hidden, head, softcap, tokens[:, P:], mask[:, P:],
+                                     sampling=SamplingSettings(temperature=1.0))
     model.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         lp.sum().backward()
@@ -102,22 +106,24 @@ def _backward_ops(model, tied: bool):
     return weight.grad.clone(), len(adds)
 
 
-def test_tied_head_gradient_is_summed_in_place(tiny_model):
-    assert LP.head_is_tied(tiny_model, tiny_model.get_output_embeddings())
-    g_plain, adds_plain = _backward_ops(tiny_model, tied=False)
-    g_tied, adds_tied = _backward_ops(tiny_model, tied=True)
+def test_tied_head_gradient_is_summed_in_place(tiny_model, monkeypatch):
+    assert tiny_model.get_output_embeddings().weight is tiny_model.get_input_embeddings().weight
+    g_plain, adds_plain = _backward_ops(tiny_model, True, monkeypatch)
+    g_tied, adds_tied = _backward_ops(tiny_model, False, monkeypatch)
     assert adds_plain == 1  # negative control: autograd's own graph allocates the sum
     assert adds_tied == 0  # the embedding's gradient was added into the head's buffer
     assert torch.equal(g_tied, g_plain)  # same two tensors, same order
 
 
-def test_head_is_tied_only_for_one_shared_weight(tokenizer):
+def test_untied_head_gradients_equal_the_plain_graph(tokenizer, monkeypatch):
     from policylab.models.loading import tiny_llama
 
     m = tiny_llama(tokenizer)
     m.lm_head.weight = torch.nn.Parameter(m.lm_head.weight.detach().clone())  # untie
-    assert not LP.head_is_tied(m, m.get_output_embeddings())
-    assert not LP.head_is_tied(m, torch.nn.Identity())
+    g_plain, _ = _backward_ops(m, True, monkeypatch)
+    head_plain = m.lm_head.weight.grad.clone()
+    g_ours, _ = _backward_ops(m, False, monkeypatch)
+    assert torch.equal(g_ours, g_plain) and torch.equal(m.lm_head.weight.grad, head_plain)
 
 
 def test_model_logprobs_tied_path_equals_the_plain_graph(tiny_model):

@@ -393,7 +393,6 @@ def model_logprobs(
         out = decoder(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False)
         hidden = out.last_hidden_state[:, prompt_width - 1 :]
         return logprobs_from_hidden(hidden, head, softcap, targets, mask, sampling=s, chunk_size=chunk_size,
-                                    tied=head_is_tied(model, head),
                                     with_entropy=with_entropy)
     logits = model(input_ids=inp, attention_mask=am.long(), position_ids=position_ids, use_cache=False).logits
     return token_logprobs(
@@ -404,13 +403,12 @@ def model_logprobs(
 
 def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targets: torch.Tensor,
                          mask: torch.Tensor, *, sampling: SamplingSettings, chunk_size: int | None = None,
-                         with_entropy: bool | str = False, tied: bool = False):
+                         with_entropy: bool | str = False):
     """The response tail of `model_logprobs`: final hidden states [B, T, H] at the positions
     that predict `targets` [B, T] -> the output head (with the softcap, if any), in
     `chunk_size` chunks -> log-probs under `sampling`, 0 outside `mask` (and entropy).
     Shared with the shared-prefix path (`policylab.models.prefix`). Under autocast (bf16
-    training) the head and everything after it run in fp32 (autocast off there).
-    `tied`: the head's weight is the input embedding's (`head_is_tied`; see `_head`)."""
+    training) the head and everything after it run in fp32 (autocast off there)."""
     s = sampling
 
     def row_logits(h: torch.Tensor) -> torch.Tensor:
@@ -419,9 +417,9 @@ def logprobs_from_hidden(hidden: torch.Tensor, head, softcap: float | None, targ
             # head, the softcap and the log-softmax run in fp32 on the fp32 master weights,
             # so every log-prob a ratio is formed from has fp32 logits
             with torch.autocast(h.device.type, enabled=False):
-                z = _head(head, h.float(), tied)
+                z = _head(head, h.float())
         else:
-            z = _head(head, h, tied)
+            z = _head(head, h)
         return z if softcap is None else torch.tanh(z / softcap) * softcap
 
     flat = hidden.reshape(-1, hidden.shape[-1])
@@ -446,7 +444,7 @@ class _PlainGrad(torch.autograd.Function):
         return g.detach()
 
 
-def _head(head, h: torch.Tensor, tied: bool) -> torch.Tensor:
+def _head(head, h: torch.Tensor) -> torch.Tensor:
     """The output head on hidden states h. For a plain linear head whose weight is also the
     input embedding (SmolLM2, Llama 3.2, Gemma), the head's weight gradient is computed
     first in the backward and waits at the weight for the embedding's, which comes last.
@@ -455,17 +453,12 @@ def _head(head, h: torch.Tensor, tied: bool) -> torch.Tensor:
     allocates a third [V, H] buffer for the sum instead (108 MB for SmolLM2-135M in fp32),
     at the end of the backward, where the step's memory peaks. `_PlainGrad` hands the
     same storage on as a plain tensor, so the embedding's gradient is added into it: the
-    same two tensors summed in the same order, one [V, H] buffer fewer."""
-    if tied and type(head) is torch.nn.Linear and head.weight.requires_grad and torch.is_grad_enabled():
+    same two tensors summed in the same order, one [V, H] buffer fewer. An untied head's
+    gradient goes to its weight alone, where a plain tensor changes nothing (no copy is
+    made either way), so every plain linear head takes the same path."""
+    if type(head) is torch.nn.Linear and head.weight.requires_grad and torch.is_grad_enabled():
         return F.linear(h, _PlainGrad.apply(head.weight), head.bias)
     return head(h)
-
-
-def head_is_tied(model: torch.nn.Module, head) -> bool:
-    """Whether `head`'s weight is the model's input embedding (one tensor, two uses)."""
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    w = getattr(head, "weight", None)
-    return w is not None and emb is not None and getattr(emb, "weight", None) is w
 
 
 def split_head(model: torch.nn.Module):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from policylab.errors import PolicylabError
-from policylab.models.logprobs import head_is_tied, split_head, validate_settings, logprobs_from_hidden
+from policylab.models.logprobs import split_head, validate_settings, logprobs_from_hidden
 
 __all__ = ["SharedPrefix", "distinct_prompts", "shared_prefix_or_none"]
 
@@ -157,4 +157,4 @@ def _suffix_logprobs(model, kv, h_last, tokens, attention_mask, P, *, sampling, 
                       cache=cache, use_cache=True)
         hidden = torch.cat([hidden, suf.last_hidden_state], dim=1)
     return logprobs_from_hidden(hidden, head, softcap, targets, mask, sampling=sampling, chunk_size=chunk_size,
-                                with_entropy=with_entropy, tied=head_is_tied(model, head))
+                                with_entropy=with_entropy)
