@@ -34,7 +34,8 @@ class UpdateSettings:
     """How a policy worker runs an optimizer step (the `train:` section's update fields).
 
     micro_batch_size  sequences per forward/backward (gradient accumulation inside a step)
-    dtype             fp32 | fp64 | bf16 (autocast of the forward; fp32 master weights)
+    dtype             fp32 | fp64 | bf16 (autocast of the forward) | bf16-backward (fp32 forward, bf16
+                      products in the linear layers' backward); fp32 master weights
     device            torch device of the forward (autocast follows it)
     grad_clip         max global gradient norm (0: off)
     skip_nonfinite    a non-finite loss or gradient skips the step (logged) instead of raising
@@ -127,9 +128,15 @@ def trim(mb: RolloutBatch, adv: torch.Tensor, *, keep_prompt: bool = False) -> t
 
 
 def autocast(dtype: str, device: torch.device | str = "cpu"):
-    """bf16 autocast on the training device, or nothing (fp32 / fp64)."""
+    """The precision region of `train.dtype` on the training device: bf16 autocast
+    ("bf16"), fp32 forwards with bf16 backward products ("bf16-backward",
+    `policylab.models.bf16_backward`), or nothing (fp32 / fp64)."""
     if dtype == "bf16":
         return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    if dtype == "bf16-backward":
+        from policylab.models.bf16_backward import Bf16Backward
+
+        return Bf16Backward()
     return contextlib.nullcontext()
 
 

@@ -30,6 +30,7 @@ from policylab.trainer.values import (  # noqa: F401  (re-exported: the value ru
 
 
 ENGINE_DTYPES = ("fp32", "bf16", "int8", "int4")
+TRAIN_DTYPES = ("auto", "fp32", "bf16", "bf16-backward", "fp64")
 
 
 @dataclass
@@ -251,7 +252,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         (r.engine in ("auto", "fast", "hf", "fast-bf16"), f"rollout.engine {r.engine!r} is not one of auto, fast, hf, "
                                                           "fast-bf16"),
         (r.engine_dtype in ENGINE_DTYPES, f"rollout.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}"),
-        (t.dtype in ("auto", "fp32", "bf16", "fp64"), f"train.dtype {t.dtype!r} is not one of auto, fp32, bf16, fp64"),
+        (t.dtype in TRAIN_DTYPES, f"train.dtype {t.dtype!r} is not one of {', '.join(TRAIN_DTYPES)}"),
         (t.decay in ("constant", "linear", "cosine"), "train.decay must be constant, linear or cosine"),
         (e.samples >= max(e.k, default=1), f"eval.samples ({e.samples}) must be >= every eval.k {e.k}"),
         (cfg.task.name in TASK_NAMES, f"task.name {cfg.task.name!r} is not one of {', '.join(TASK_NAMES)}"),
@@ -270,7 +271,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(f"rollout.engine=fast-bf16 is a bf16 engine; rollout.engine_dtype={r.engine_dtype} "
                               "contradicts it (leave engine_dtype unset, or use rollout.engine=fast)")
         r.engine_dtype = "bf16"
-    if t.dtype == "auto":  # resolved here: the saved config and every reader see fp32 or bf16
+    if t.dtype == "auto":  # resolved here: the saved config and every reader see the resolved dtype
         from policylab.methods.fast_mode import train_dtype
 
         t.dtype = train_dtype(r.engine)

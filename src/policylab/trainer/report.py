@@ -53,6 +53,9 @@ def summary(trainer: Trainer) -> str:
 def _train_dtype_line(dtype: str) -> str:
     if dtype == "bf16":
         return "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32, fp32 master weights"
+    if dtype == "bf16-backward":
+        return ("bf16-backward training: every forward value (log-probs, ratios, loss) in fp32, the linear layers' "
+                "backward products in bf16 with fp32 accumulation, fp32 master weights")
     return f"{dtype} training"
 
 

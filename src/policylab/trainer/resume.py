@@ -29,7 +29,7 @@ def resume_changes(cfg: RunConfig, overrides) -> tuple[RunConfig, dict]:
     new = apply_overrides(copy.deepcopy(cfg), overrides)
     validate(new)
     recorded = copy.deepcopy(cfg)
-    validate(recorded)  # both sides with `validate`'s resolutions (train.dtype auto -> fp32 or bf16)
+    validate(recorded)  # both sides with `validate`'s resolutions (train.dtype auto -> the dtype it resolved to)
     old_flat, new_flat = _flatten(recorded.to_dict()), _flatten(new.to_dict())
     changed = {k: (old_flat.get(k), new_flat.get(k)) for k in sorted(set(old_flat) | set(new_flat))
                if old_flat.get(k) != new_flat.get(k)}
