@@ -19,10 +19,23 @@ samples of single-digit + and x, T = 1, <= 48 new tokens, one seed per batch):
   and the fraction of tokens whose policy ratio at the sampling weights would already
   sit outside PPO's clip band (|Δ log p| > log 1.2).
 
-The verdict the fast mode's `train.dtype: auto` follows (`policylab.methods.fast_mode`):
+* the step's gradient against the fp32 gradient (`train.dtype: bf16-backward`, fp32
+  forward with bf16 backward products, and `train.dtype: bf16`), on the fast-bf16
+  engine's batch: the gradient of GRPO's token-mean loss at ratio 1,
+  −Σ A_i log π(y_it) / N (group-normalized exact-answer rewards, the trainer's
+  micro-batches of 8 rows), its relative L2 error ‖g − g_fp32‖ / ‖g_fp32‖ and cosine,
+  beside the gradient's own sampling noise: ‖g_fp32(A) − g_fp32(B)‖ / ‖g_fp32(A)‖ for a
+  second batch B of the same prompts sampled with another seed at the same weights.
+
+The verdicts the fast mode's `train.dtype: auto` follows (`policylab.methods.fast_mode`),
+each fixed before its measurement:
 bf16 training is allowed when the trainer's bf16 forward is no further from the fp32
 forward than the fast-bf16 sampler already is (mean and max |Δ log p|, which the TIS
 correction is there for) and fewer than 1% of the tokens sit outside the clip band.
+bf16-backward training is allowed when its forward's log-probs equal the fp32 forward's
+on every token (max |Δ log p| = 0) and, on every batch, its gradient's relative error is
+at most a tenth of the gradient's sampling noise (so it adds at most 1% to the variance
+of the step direction the sampling already has).
 """
 
 from __future__ import annotations
@@ -78,7 +91,7 @@ def _merge(parts: list[dict]) -> dict:
 @torch.no_grad()
 def _train_forward(model, batch, mode: str) -> torch.Tensor:
     """[B, T] log-probs of the batch's tokens: mode fp32 | trainer-bf16 (the trainer's
-    train.dtype=bf16 forward) | bf16-body (by hand: autocast the decoder, head +
+    train.dtype=bf16 forward) | bf16-backward (its fp32 forward) | bf16-body (by hand: autocast the decoder, head +
     log-softmax in fp32) | bf16-all (autocast everything, the head's logits in bf16)."""
     from policylab.backends.update import autocast
     from policylab.models.logprobs import model_logprobs
@@ -88,8 +101,8 @@ def _train_forward(model, batch, mode: str) -> torch.Tensor:
     for idx in torch.arange(batch.size).split(8):
         mb = batch.select(idx)
         resp = mb.tokens[:, mb.prompt_width:]
-        if mode in ("fp32", "trainer-bf16"):
-            with autocast("bf16" if mode == "trainer-bf16" else "fp32"):
+        if mode in ("fp32", "trainer-bf16", "bf16-backward"):
+            with autocast({"trainer-bf16": "bf16"}.get(mode, mode)):
                 lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
         else:
             with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -103,6 +116,59 @@ def _train_forward(model, batch, mode: str) -> torch.Tensor:
     return torch.cat(out)
 
 
+def _examples(n: int, seed: int):
+    from policylab.tasks.arithmetic import ArithmeticTask
+
+    return ArithmeticTask(ops=("+", "*"), digits=1, seed=seed).train_prompts(n)
+
+
+def _advantages(tok, batch, answers: list[str], group: int) -> torch.Tensor:
+    """GRPO's group-normalized advantages of the exact-answer rewards, one per row."""
+    from policylab import advantages
+    from policylab.kernels.rewards import exact_numeric_reward
+
+    texts = [tok.decode(batch.tokens[i, batch.prompt_width:][batch.loss_mask[i]], skip_special_tokens=True)
+             for i in range(batch.size)]
+    r = torch.tensor(exact_numeric_reward(texts, [answers[i // group] for i in range(batch.size)]))
+    return advantages.grpo(r, batch.group, std="unbiased")
+
+
+def _step_grad(model, batch, adv: torch.Tensor, mode: str) -> torch.Tensor:
+    """The flattened fp64 copy of the gradient of −Σ A_i log π(y_it) / N (GRPO's token
+    mean at ratio 1) accumulated over micro-batches of 8 rows, under train.dtype `mode`
+    with the trainer's region (`backends.update.autocast`; backwards with autocast off)."""
+    from policylab.backends.update import autocast
+    from policylab.models.logprobs import model_logprobs
+
+    model.zero_grad(set_to_none=True)
+    n = batch.loss_mask.sum()
+    with autocast(mode):
+        for idx in torch.arange(batch.size).split(8):
+            mb = batch.select(idx)
+            lp = model_logprobs(model, mb.tokens, mb.attention_mask, mb.prompt_width, sampling=mb.sampling)
+            loss = -(adv[idx, None] * lp.float() * mb.loss_mask).sum() / n
+            with torch.autocast("cpu", enabled=False):
+                loss.backward()
+    g = torch.cat([p.grad.flatten().double() for p in model.parameters() if p.grad is not None])
+    model.zero_grad(set_to_none=True)
+    return g
+
+
+def _grad_stats(g: torch.Tensor, ref: torch.Tensor) -> dict:
+    return {"rel_err": float((g - ref).norm() / ref.norm()),
+            "cosine": float(torch.dot(g, ref) / (g.norm() * ref.norm()))}
+
+
+def bf16_backward_allowed(res: dict) -> dict:
+    """The rule for `train.dtype: bf16-backward` (module doc): log-probs bit-identical to
+    fp32, gradient error at most a tenth of the sampling noise on every batch."""
+    grads = res["gradients"]["batches"]
+    checks = {"logprobs_identical": res["train_forward"]["bf16-backward"]["max_abs_dlogp"] == 0.0,
+              "error_below_tenth_of_noise": bool(grads) and all(
+                  b["bf16-backward"]["rel_err"] <= 0.1 * b["noise_rel"] for b in grads)}
+    return {**checks, "allowed": all(checks.values())}
+
+
 def bf16_training_allowed(res: dict) -> dict:
     """The fast mode's rule (module doc): the trainer's bf16 forward against the fp32 one
     is within the fast-bf16 sampler's own mismatch, and < 1% of tokens leave the clip band."""
@@ -111,6 +177,28 @@ def bf16_training_allowed(res: dict) -> dict:
               "max_within_sampler": tr["max_abs_dlogp"] <= eng["max_abs_dlogp"],
               "outside_clip_below_1pct": tr["frac_outside_clip_log1.2"] < 0.01}
     return {**checks, "allowed": all(checks.values())}
+
+
+def _batch_gradients(model, tok, eng, batch, prompts, answers, a, b: int) -> dict:
+    """The gradients of one fast-bf16 batch under each train.dtype, and the sampling noise
+    from a second batch of the same prompts (seed + 1000) at the same weights."""
+    from policylab import SamplingSettings
+
+    adv = _advantages(tok, batch, answers, a.group)
+    out = {"batch": b, "rows_with_signal": int((adv != 0).sum())}
+    if not bool((adv != 0).any()):
+        return {**out, "skipped": "every group all-equal: no gradient"}
+    ref = _step_grad(model, batch, adv, "fp32")
+    for mode in ("bf16-backward", "bf16"):
+        out[mode] = _grad_stats(_step_grad(model, batch, adv, mode), ref)
+    other = eng.generate(prompts, group_size=a.group, sampling=SamplingSettings(), max_new_tokens=a.max_new,
+                         policy_version=0, batch_id=f"noise{b}", seed=b + 1000)
+    adv_b = _advantages(tok, other, answers, a.group)
+    g_b = _step_grad(model, other, adv_b, "fp32")
+    out["noise_rel"] = float((ref - g_b).norm() / ref.norm())
+    out["noise_cosine"] = float(torch.dot(ref, g_b) / (ref.norm() * g_b.norm()))
+    out["grad_norm_fp32"] = float(ref.norm())
+    return out
 
 
 def run(a) -> dict:
@@ -128,9 +216,11 @@ def run(a) -> dict:
                "fast-fp32": FastEngine(model, tok)}
     res: dict = {"engines": {}, "train_forward": {}}
     per_engine: dict[str, list] = {k: [] for k in engines}
-    per_train: dict[str, list] = {"trainer-bf16": [], "bf16-body": [], "bf16-all": []}
+    per_train: dict[str, list] = {"trainer-bf16": [], "bf16-backward": [], "bf16-body": [], "bf16-all": []}
+    grads = []
     for b in range(a.batches):
         prompts = _prompts(tok, a.prompts, seed=100 + b)
+        answers = [e.answer for e in _examples(a.prompts, seed=100 + b)]
         for name, eng in engines.items():
             batch = eng.generate(prompts, group_size=a.group, sampling=SamplingSettings(), max_new_tokens=a.max_new,
                                  policy_version=0, batch_id=f"err{b}", seed=b)
@@ -143,10 +233,16 @@ def run(a) -> dict:
                 ref = _train_forward(model, batch, "fp32")
                 for mode in per_train:
                     per_train[mode].append(_stats(ref - _train_forward(model, batch, mode), batch.loss_mask))
+                if not a.no_gradients:
+                    grads.append(_batch_gradients(model, tok, eng, batch, prompts, answers, a, b))
         print(f"batch {b + 1}/{a.batches} done", file=sys.stderr, flush=True)
     res["engines"] = {k: _merge(v) for k, v in per_engine.items()}
     res["train_forward"] = {k: _merge(v) for k, v in per_train.items()}
     res["bf16_training"] = bf16_training_allowed(res)
+    if not a.no_gradients:
+        res["gradients"] = {"batches": grads, "loss": "GRPO token mean at ratio 1, -sum(A_i log p_it) / N",
+                            "micro_batch_rows": 8}
+        res["bf16_backward"] = bf16_backward_allowed(res)
     res["machine"] = machine()
     res["cpu"] = describe_cpu()
     res["threads"] = torch.get_num_threads()
@@ -175,6 +271,7 @@ def to_markdown(r: dict, command: str) -> str:
               "|---|---:|---:|---:|---:|"]
     for k, v in r["train_forward"].items():
         name = {"trainer-bf16": "the trainer's train.dtype: bf16 (bf16 body; head + log-softmax in fp32)",
+                "bf16-backward": "the trainer's train.dtype: bf16-backward (fp32 forward)",
                 "bf16-body": "the same by hand (cross-check)",
                 "bf16-all": "bf16 autocast of everything, head included (not used)"}[k]
         lines.append(f"| {name} | {v['tokens']} | {v['mean_abs_dlogp']:.4f} | {v['max_abs_dlogp']:.4f} | "
@@ -184,6 +281,29 @@ def to_markdown(r: dict, command: str) -> str:
         lines += ["", "## The fast mode's bf16 training rule", "",
                   "bf16 training is allowed when the trainer's bf16 forward is within the fast-bf16 sampler's own "
                   "mismatch (mean and max abs Δlogp) and fewer than 1% of tokens leave the clip band: "
+                  + ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in v.items() if k != "allowed")
+                  + f". **Allowed: {'yes' if v['allowed'] else 'no'}**."]
+    g = r.get("gradients")
+    if g:
+        lines += ["", "## The step's gradient against fp32's, beside the gradient's sampling noise", "",
+                  f"Loss: {g['loss']}, micro-batches of {g['micro_batch_rows']} rows. Noise: the relative L2 "
+                  "distance between the fp32 gradients of two batches of the same prompts sampled with different "
+                  "seeds at the same weights.", "",
+                  "| batch | rows with signal | bf16-backward rel. error (cosine) | bf16 autocast rel. error (cosine) "
+                  "| sampling noise (cosine of the two batches) | bf16-backward error / noise |",
+                  "|---:|---:|---|---|---|---:|"]
+        for b in g["batches"]:
+            if "skipped" in b:
+                lines.append(f"| {b['batch']} | {b['rows_with_signal']} | {b['skipped']} | | | |")
+                continue
+            bb, ac = b["bf16-backward"], b["bf16"]
+            lines.append(f"| {b['batch']} | {b['rows_with_signal']} | {bb['rel_err']:.4f} ({bb['cosine']:.6f}) | "
+                         f"{ac['rel_err']:.4f} ({ac['cosine']:.6f}) | {b['noise_rel']:.3f} "
+                         f"({b['noise_cosine']:.3f}) | {bb['rel_err'] / b['noise_rel']:.4f} |")
+        v = r["bf16_backward"]
+        lines += ["", "## The fast mode's bf16-backward rule", "",
+                  "bf16-backward training is allowed when its forward's log-probs equal fp32's on every token and, "
+                  "on every batch, its gradient's relative error is at most a tenth of the sampling noise: "
                   + ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in v.items() if k != "allowed")
                   + f". **Allowed: {'yes' if v['allowed'] else 'no'}**."]
     return "\n".join(lines) + "\n"
@@ -196,6 +316,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--no-gradients", action="store_true", help="leave out the gradient comparison")
     ap.add_argument("--out", default=str(RESULTS / "fast_mode_error"), help="output path without suffix ('' = none)")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -205,7 +326,8 @@ def main(argv=None) -> dict:
         cmd = "python benchmarks/fast_mode_error.py " + " ".join(argv if argv is not None else sys.argv[1:])
         Path(a.out).with_suffix(".json").write_text(json.dumps(r, indent=2))
         Path(a.out).with_suffix(".md").write_text(to_markdown(r, cmd.strip()))
-    print(json.dumps({k: r[k] for k in ("engines", "train_forward", "bf16_training")}, indent=1))
+    print(json.dumps({k: r[k] for k in ("engines", "train_forward", "bf16_training", "bf16_backward") if k in r},
+                     indent=1))
     return r
 
 
