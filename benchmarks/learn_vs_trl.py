@@ -28,7 +28,8 @@ benchmarks/base_accuracy.py (--task NAME).
 
 Sides: "trl", "policylab" (exact fp32: the FastEngine in fp32) and "policylab-fast" (the
 fast mode, `rollout.engine: fast-bf16`: the bf16 FastEngine samples, TIS on the engine ratio
-corrects the mismatch; train.dtype from --fast-train-dtype, fp32 by default). Every side
+corrects the mismatch; train.dtype from --fast-train-dtype, by default the fast mode's own
+`auto`: bf16-backward on a CPU with native bf16). Every side
 runs once per seed of --seeds (default 0 and 1: the prompt stream, the initial sampling and
 the evaluation draws all follow the seed; TRL and policylab share each seed's stream).
 
@@ -487,9 +488,9 @@ def parse(argv=None):
     ap.add_argument("--eval-every-s", type=float, default=50.0)
     ap.add_argument("--eval-every-steps", type=int, default=0, help="> 0: evaluate every N steps instead of every "
                                                                     "--eval-every-s seconds")
-    ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16"),
-                    help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, fp32 until the "
-                         "measured log-prob error allows bf16, policylab.methods.fast_mode)")
+    ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16", "bf16-backward"),
+                    help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, "
+                         "bf16-backward on a CPU with native bf16 as measured, policylab.methods.fast_mode)")
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)

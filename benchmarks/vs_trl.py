@@ -22,8 +22,9 @@ loss_type="grpo" (TRL's default "dapo" normalizes over all tokens), shuffle_data
 Each side runs in its own subprocess (`--worker <side>`), so the peak RSS of each is its own.
 The fast mode: "policylab-fast" is policylab with `rollout.engine: fast-bf16` (the bf16
 FastEngine samples, its log-probs are μ, TIS on the engine ratio corrects the mismatch;
-training in --fast-train-dtype, by default the fast mode's own `train.dtype: auto`, fp32
-until the measured log-prob error allows bf16; one optimizer step per batch, so π_old is
+training in --fast-train-dtype, by default the fast mode's own `train.dtype: auto`:
+bf16-backward, the fp32 forward with bf16 backward products, on a CPU with native bf16;
+one optimizer step per batch, so π_old is
 the training forward and no old pass runs); its ratio is printed as
 `ratio_vs_trl_fast=`, beside the exact-fp32 `ratio_vs_trl=`.
 Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix), "policylab-system"
@@ -392,9 +393,9 @@ def parse(argv=None):
     ap.add_argument("--engine", default="fast", choices=("fast", "hf", "auto"), help="policylab rollout engine")
     ap.add_argument("--engine-dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--train-dtype", default="fp32", choices=("fp32", "bf16"))
-    ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16"),
-                    help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, fp32 until the "
-                         "measured log-prob error allows bf16, policylab.methods.fast_mode)")
+    ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16", "bf16-backward"),
+                    help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, "
+                         "bf16-backward on a CPU with native bf16 as measured, policylab.methods.fast_mode)")
     ap.add_argument("--trl-gradient-checkpointing", action="store_true")
     ap.add_argument("--eval-n", type=int, default=0)
     ap.add_argument("--sides", default="trl,policylab,policylab-fast", help="comma list: which sides to run, in order")

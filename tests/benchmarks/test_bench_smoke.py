@@ -8,6 +8,7 @@ import json
 import platform
 
 import pytest
+import torch
 from bench_scripts import load as _load
 
 
@@ -87,16 +88,21 @@ def test_vs_trl_fast_side_tiny(tmp_path, small_model_dir):
     assert f"| train dtype / corrections | {want} / tis |" in (tmp_path / "v.md").read_text()
 
 
-def test_fast_mode_error_tiny(tmp_path, tiny_model_dir):
+def test_fast_mode_error_tiny(tmp_path, tiny_model_dir, monkeypatch):
     """The numerics benchmark on the tiny model: every engine and training forward is
     measured, the trainer's bf16 forward equals the hand-computed bf16 body + fp32 head,
-    and the bf16-training verdict is the stated rule applied to the numbers."""
+    the step gradients are compared, and both verdicts are the stated rules applied to the
+    numbers. (A random tiny model answers nothing right, so the rewards' advantages are
+    replaced by fixed ±1 ones to give the gradient comparison a signal.)"""
     err = _load("fast_mode_error")
+    monkeypatch.setattr(err, "_advantages", lambda tok, batch, answers, group: torch.tensor(
+        [1.0 if i % 2 else -1.0 for i in range(batch.size)]))
     r = err.main(["--model", str(tiny_model_dir), "--batches", "1", "--prompts", "2", "--group", "2",
                   "--max-new", "4", "--out", str(tmp_path / "e")])
     assert set(r["engines"]) == {"fast-bf16", "fast-int8-g32", "fast-fp32"}
     tf = r["train_forward"]
-    assert set(tf) == {"trainer-bf16", "bf16-body", "bf16-all"} and tf["trainer-bf16"]["tokens"] > 0
+    assert set(tf) == {"trainer-bf16", "bf16-backward", "bf16-body", "bf16-all"} and tf["trainer-bf16"]["tokens"] > 0
+    assert tf["bf16-backward"]["max_abs_dlogp"] == 0.0  # its forward is the fp32 forward
     assert abs(tf["trainer-bf16"]["mean_abs_dlogp"] - tf["bf16-body"]["mean_abs_dlogp"]) < 1e-5
     assert r["engines"]["fast-fp32"]["max_abs_dlogp"] < 1e-3 < r["engines"]["fast-bf16"]["max_abs_dlogp"]
     v, e, t = r["bf16_training"], r["engines"]["fast-bf16"], tf["trainer-bf16"]
@@ -104,6 +110,15 @@ def test_fast_mode_error_tiny(tmp_path, tiny_model_dir):
                             and t["frac_outside_clip_log1.2"] < 0.01)
     md = (tmp_path / "e.md").read_text()
     assert "## The fast mode's bf16 training rule" in md and "**Allowed: " in md
+    g = r["gradients"]["batches"]
+    assert len(g) == 1
+    b = g[0]
+    assert b["rows_with_signal"] == 4  # (which of the two is nearer fp32 is a measurement, not a property)
+    assert 0.0 < b["bf16-backward"]["rel_err"] < 0.05 and 0.0 < b["bf16"]["rel_err"] < 0.2
+    assert b["noise_rel"] > 0 and b["bf16-backward"]["cosine"] > 0.99
+    v = r["bf16_backward"]
+    assert v["allowed"] == (v["logprobs_identical"] and v["error_below_tenth_of_noise"])
+    assert "## The fast mode's bf16-backward rule" in md
 
 
 def test_reward_vs_trl_hand_worked():

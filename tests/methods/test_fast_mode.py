@@ -107,14 +107,18 @@ def test_refused_on_a_host_without_native_bf16(small_model_dir, tmp_path, monkey
 
 
 def test_train_dtype_auto_follows_the_engine_the_cpu_and_the_measurement(tiny_model_dir, tmp_path, monkeypatch):
-    """train.dtype: auto is fp32 in exact mode; under the fast mode bf16 only where the CPU
-    has native bf16 and the measured error allows it (it does not yet: fp32); an explicit
-    value is kept."""
+    """train.dtype: auto is fp32 in exact mode; under the fast mode, only where the CPU has
+    native bf16, bf16 if its measured forward error allowed it (it does not), else
+    bf16-backward if its measured gradient error allows it (it does); an explicit value
+    is kept."""
     from policylab.methods import fast_mode
 
-    assert fast_mode.BF16_TRAINING_ALLOWED is False  # the measured verdict (fast_mode_error.md)
-    assert train_dtype("fast-bf16", AMX) == "fp32" and train_dtype("fast-bf16", AVX2_ONLY) == "fp32"
-    monkeypatch.setattr(fast_mode, "BF16_TRAINING_ALLOWED", True)  # the rule if the measurement allowed it
+    assert fast_mode.BF16_TRAINING_ALLOWED is False  # the measured verdicts (fast_mode_error.md)
+    assert fast_mode.BF16_BACKWARD_ALLOWED is True
+    assert train_dtype("fast-bf16", AMX) == "bf16-backward" and train_dtype("fast-bf16", AVX2_ONLY) == "fp32"
+    monkeypatch.setattr(fast_mode, "BF16_BACKWARD_ALLOWED", False)  # the rule had the gradient failed
+    assert train_dtype("fast-bf16", AMX) == "fp32"
+    monkeypatch.setattr(fast_mode, "BF16_TRAINING_ALLOWED", True)  # the rule had the forward passed
     assert train_dtype("fast-bf16", AMX) == "bf16" and train_dtype("fast-bf16", AVX2_ONLY) == "fp32"
     assert train_dtype("fast", AMX) == "fp32" and train_dtype("auto", AMX) == "fp32"
     for flags, want in ((AMX, "bf16"), (AVX2_ONLY, "fp32")):
@@ -123,7 +127,7 @@ def test_train_dtype_auto_follows_the_engine_the_cpu_and_the_measurement(tiny_mo
         assert tiny_config(tiny_model_dir, tmp_path / "r").train.dtype == "fp32"
         assert tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16"},
                            train={"dtype": "fp32"}).train.dtype == "fp32"
-    with pytest.raises(ConfigError, match="train.dtype 'fp16' is not one of auto, fp32, bf16, fp64"):
+    with pytest.raises(ConfigError, match="train.dtype 'fp16' is not one of auto, fp32, bf16, bf16-backward, fp64"):
         tiny_config(tiny_model_dir, tmp_path / "r", train={"dtype": "fp16"})
 
 
@@ -132,7 +136,7 @@ def test_fast_mode_trains_bf16_with_fp32_master_weights_and_says_so(tiny_model_d
 
     monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AMX)
     assert Trainer(tiny_config(tiny_model_dir, tmp_path / "a", rollout={"engine": "fast-bf16"})).cfg.train.dtype \
-        == "fp32"  # auto, today's verdict
+        == "bf16-backward"  # auto, today's verdicts
     tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4},
                              train={"dtype": "bf16"}))
     assert tr.cfg.train.dtype == "bf16" and tr.worker.dtype == "bf16"

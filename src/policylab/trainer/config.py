@@ -60,7 +60,7 @@ class TrainConfig:
     epochs: int = 1  # K passes over each rollout batch
     minibatches: int = 1  # optimizer steps per pass (the batch is split into this many)
     micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a minibatch)
-    dtype: str = "auto"  # auto (fp32; bf16 only under rollout.engine=fast-bf16 on a CPU with native bf16 once the measured error allows it, which it does not yet: policylab.methods.fast_mode) | fp32 | bf16 (autocast of the decoder body; output head, log-softmax and ratios in fp32; fp32 master weights) | fp64
+    dtype: str = "auto"  # auto (fp32; bf16-backward under rollout.engine=fast-bf16 on a CPU with native bf16, as measured: policylab.methods.fast_mode) | fp32 | bf16 (autocast of the decoder body; output head, log-softmax and ratios in fp32) | bf16-backward (fp32 forward, bit-identical log-probs; the linear layers' backward products in bf16: policylab.models.bf16_backward) | fp64; fp32 master weights throughout
     device: str = "cpu"  # torch device of the policy, reference and critic (autocast follows it)
     lora_rank: int = 0  # > 0: train LoRA adapters (peft) instead of all weights
     lora_alpha: float = 16.0  # LoRA scaling numerator
