@@ -25,7 +25,9 @@ samples of single-digit + and x, T = 1, <= 48 new tokens, one seed per batch):
   −Σ A_i log π(y_it) / N (group-normalized exact-answer rewards, the trainer's
   micro-batches of 8 rows), its relative L2 error ‖g − g_fp32‖ / ‖g_fp32‖ and cosine,
   beside the gradient's own sampling noise: ‖g_fp32(A) − g_fp32(B)‖ / ‖g_fp32(A)‖ for a
-  second batch B of the same prompts sampled with another seed at the same weights.
+  second batch B of the same prompts sampled with another seed at the same weights; and
+  the same for AdamW's first update direction g / (|g| + ε), where every element weighs
+  alike (with the share of elements whose sign flips).
 
 The verdicts the fast mode's `train.dtype: auto` follows (`policylab.methods.fast_mode`),
 each fixed before its measurement:
@@ -154,9 +156,24 @@ def _step_grad(model, batch, adv: torch.Tensor, mode: str) -> torch.Tensor:
     return g
 
 
+ADAM_EPS = 1e-8
+
+
+def _adam_first(g: torch.Tensor) -> torch.Tensor:
+    """AdamW's first update direction from gradient g (bias-corrected moments m = g,
+    v = g², so m / (√v + ε) = g / (|g| + ε): about the sign of each element)."""
+    return g / (g.abs() + ADAM_EPS)
+
+
 def _grad_stats(g: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Relative L2 error and cosine of gradient g against ref, and the same for AdamW's
+    first update direction, where every element counts alike (a small element's error
+    weighs as much as a large one's), with the share of elements whose sign flips."""
+    u, u_ref = _adam_first(g), _adam_first(ref)
     return {"rel_err": float((g - ref).norm() / ref.norm()),
-            "cosine": float(torch.dot(g, ref) / (g.norm() * ref.norm()))}
+            "cosine": float(torch.dot(g, ref) / (g.norm() * ref.norm())),
+            "adam_rel_err": float((u - u_ref).norm() / u_ref.norm()),
+            "sign_flips": float(((g > 0) != (ref > 0)).double().mean())}
 
 
 def bf16_backward_allowed(res: dict) -> dict:
@@ -195,8 +212,9 @@ def _batch_gradients(model, tok, eng, batch, prompts, answers, a, b: int) -> dic
                          policy_version=0, batch_id=f"noise{b}", seed=b + 1000)
     adv_b = _advantages(tok, other, answers, a.group)
     g_b = _step_grad(model, other, adv_b, "fp32")
-    out["noise_rel"] = float((ref - g_b).norm() / ref.norm())
-    out["noise_cosine"] = float(torch.dot(ref, g_b) / (ref.norm() * g_b.norm()))
+    noise = _grad_stats(g_b, ref)
+    out["noise_rel"], out["noise_cosine"] = noise["rel_err"], noise["cosine"]
+    out["noise_adam_rel"], out["noise_sign_flips"] = noise["adam_rel_err"], noise["sign_flips"]
     out["grad_norm_fp32"] = float(ref.norm())
     return out
 
@@ -300,6 +318,19 @@ def to_markdown(r: dict, command: str) -> str:
             lines.append(f"| {b['batch']} | {b['rows_with_signal']} | {bb['rel_err']:.4f} ({bb['cosine']:.6f}) | "
                          f"{ac['rel_err']:.4f} ({ac['cosine']:.6f}) | {b['noise_rel']:.3f} "
                          f"({b['noise_cosine']:.3f}) | {bb['rel_err'] / b['noise_rel']:.4f} |")
+        lines += ["", "The same under AdamW, whose first update is g / (abs(g) + ε) element by element (about the "
+                  "sign of each element, so a small element's error weighs as much as a large one's): relative L2 "
+                  "error of that update direction and the share of elements whose sign flips. (Reported beside the "
+                  "rule, which is on the gradient.)", "",
+                  "| batch | bf16-backward: update error (sign flips) | bf16 autocast: update error (sign flips) | "
+                  "sampling noise: update distance (sign flips) | bf16-backward / noise |", "|---:|---|---|---|---:|"]
+        for b in g["batches"]:
+            if "skipped" in b or "adam_rel_err" not in b["bf16-backward"]:
+                continue
+            bb, ac = b["bf16-backward"], b["bf16"]
+            lines.append(f"| {b['batch']} | {bb['adam_rel_err']:.4f} ({100 * bb['sign_flips']:.2f}%) | "
+                         f"{ac['adam_rel_err']:.4f} ({100 * ac['sign_flips']:.2f}%) | {b['noise_adam_rel']:.3f} "
+                         f"({100 * b['noise_sign_flips']:.1f}%) | {bb['adam_rel_err'] / b['noise_adam_rel']:.3f} |")
         v = r["bf16_backward"]
         lines += ["", "## The fast mode's bf16-backward rule", "",
                   "bf16-backward training is allowed when its forward's log-probs equal fp32's on every token and, "

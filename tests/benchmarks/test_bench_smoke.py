@@ -116,6 +116,8 @@ def test_fast_mode_error_tiny(tmp_path, tiny_model_dir, monkeypatch):
     assert b["rows_with_signal"] == 4  # (which of the two is nearer fp32 is a measurement, not a property)
     assert 0.0 < b["bf16-backward"]["rel_err"] < 0.05 and 0.0 < b["bf16"]["rel_err"] < 0.2
     assert b["noise_rel"] > 0 and b["bf16-backward"]["cosine"] > 0.99
+    assert 0.0 < b["bf16-backward"]["adam_rel_err"] < b["noise_adam_rel"] and 0.0 <= b["bf16"]["sign_flips"] < 0.5
+    assert "The same under AdamW" in md
     v = r["bf16_backward"]
     assert v["allowed"] == (v["logprobs_identical"] and v["error_below_tenth_of_noise"])
     assert "## The fast mode's bf16-backward rule" in md
