@@ -145,3 +145,29 @@ def test_fast_mode_trains_bf16_with_fp32_master_weights_and_says_so(tiny_model_d
     assert math.isfinite(m["loss/policy"]) and "correction/tis/ess" in m
     head = summary(tr).splitlines()[0]
     assert "bf16 training: decoder body in bf16 autocast, head, log-softmax and ratios in fp32" in head
+
+
+def test_fast_mode_auto_trains_bf16_backward_and_says_so(tiny_model_dir, tmp_path, monkeypatch):
+    """What auto picks today on a CPU with native bf16: a real step runs in the
+    bf16-backward region (linear calls routed), fp32 master weights, TIS on, and the run
+    header names the numerics."""
+    from policylab.models import bf16_backward
+    from policylab.trainer.report import summary
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: AMX)
+    routed = []
+    orig = bf16_backward.Bf16Backward.__exit__
+
+    def spy(self, *exc):
+        routed.append(self.calls)
+        return orig(self, *exc)
+
+    monkeypatch.setattr(bf16_backward.Bf16Backward, "__exit__", spy)
+    tr = Trainer(tiny_config(tiny_model_dir, tmp_path / "r", rollout={"engine": "fast-bf16", "group_size": 4}))
+    assert tr.cfg.train.dtype == "bf16-backward" and tr.worker.dtype == "bf16-backward"
+    m = tr.train_step()
+    assert all(p.dtype == torch.float32 for p in tr.model.parameters())
+    assert math.isfinite(m["loss/policy"]) and "correction/tis/ess" in m
+    assert m.get("skipped_no_signal", 0.0) == 0.0  # this seed's batch has signal (parity reward, mixed groups)
+    assert routed and max(routed) > 0  # the step's linear layers ran through the region
+    assert "bf16-backward training: every forward value (log-probs, ratios, loss) in fp32" in summary(tr).splitlines()[0]
