@@ -59,11 +59,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CLIP = math.log(1.2)
 
 
-def _prompts(tokenizer, n: int, seed: int) -> list[list[int]]:
-    from policylab.tasks.arithmetic import ArithmeticTask
-
+def _prompts(tokenizer, examples) -> list[list[int]]:
+    """The chat-templated token ids of each example's prompt."""
     out = []
-    for e in ArithmeticTask(ops=("+", "*"), digits=1, seed=seed).train_prompts(n):
+    for e in examples:
         ids = tokenizer.apply_chat_template([{"role": "user", "content": e.prompt}], add_generation_prompt=True,
                                             tokenize=True)
         out.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
@@ -237,8 +236,8 @@ def run(a) -> dict:
     per_train: dict[str, list] = {"trainer-bf16": [], "bf16-backward": [], "bf16-body": [], "bf16-all": []}
     grads = []
     for b in range(a.batches):
-        prompts = _prompts(tok, a.prompts, seed=100 + b)
-        answers = [e.answer for e in _examples(a.prompts, seed=100 + b)]
+        examples = _examples(a.prompts, seed=100 + b)
+        prompts, answers = _prompts(tok, examples), [e.answer for e in examples]
         for name, eng in engines.items():
             batch = eng.generate(prompts, group_size=a.group, sampling=SamplingSettings(), max_new_tokens=a.max_new,
                                  policy_version=0, batch_id=f"err{b}", seed=b)
