@@ -29,7 +29,9 @@ benchmarks/base_accuracy.py (--task NAME).
 Sides: "trl", "policylab" (exact fp32: the FastEngine in fp32) and "policylab-fast" (the
 fast mode, `rollout.engine: fast-bf16`: the bf16 FastEngine samples, TIS on the engine ratio
 corrects the mismatch; train.dtype from --fast-train-dtype, by default the fast mode's own
-`auto`: bf16-backward on a CPU with native bf16). Every side
+`auto`: bf16-backward on a CPU with native bf16; `--fast-correction none` makes it a
+diagnostic instead: the same bf16 sampler and training dtype with the mismatch left
+uncorrected, to tell the sampler's draws from TIS's reweighting). Every side
 runs once per seed of --seeds (default 0 and 1: the prompt stream, the initial sampling and
 the evaluation draws all follow the seed; TRL and policylab share each seed's stream).
 
@@ -150,13 +152,21 @@ def worker_policylab(a) -> dict:
     section, _ = task_section(a.task)
     tcfg, task = build(a)
     fast = a.worker == "policylab-fast"
+    uncorrected = fast and a.fast_correction == "none"
+    dtype = a.fast_train_dtype if fast else "fp32"
+    if uncorrected and dtype == "auto":  # the dtype the fast mode's auto picks, without its correction
+        from policylab.methods.fast_mode import train_dtype
+
+        dtype = train_dtype("fast-bf16")
+    engine = {"engine": "fast", "engine_dtype": "bf16"} if uncorrected else \
+        {"engine": "fast-bf16" if fast else "fast"}
     cfg = config_from_dict({
         "method": "grpo", "model": a.model, "seed": a.seed, "method_params": {"kl_coef": 0.0},
         "task": section,
         "rollout": {"prompts_per_step": a.prompts, "group_size": a.group, "max_new_tokens": a.max_new_tokens,
-                    "temperature": 1.0, "engine": "fast-bf16" if fast else "fast"},
+                    "temperature": 1.0, **engine},
         "train": {"steps": a.max_steps, "lr": a.lr, "micro_batch_size": a.micro_batch, "grad_clip": 1.0,
-                  "dtype": a.fast_train_dtype if fast else "fp32"},
+                  "dtype": dtype},
         "eval": {"before": False, "after": False}, "log": {"tensorboard": False, "progress": False},
         "run_dir": tempfile.mkdtemp(prefix="learn_vs_trl_policylab_"),
     })
@@ -491,6 +501,10 @@ def parse(argv=None):
     ap.add_argument("--fast-train-dtype", default="auto", choices=("auto", "fp32", "bf16", "bf16-backward"),
                     help="train.dtype of the policylab-fast side (auto: the fast mode's own choice, "
                          "bf16-backward on a CPU with native bf16 as measured, policylab.methods.fast_mode)")
+    ap.add_argument("--fast-correction", default="tis", choices=("tis", "none"),
+                    help="policylab-fast side: tis (the fast mode, rollout.engine=fast-bf16) or none (a diagnostic: "
+                         "the same bf16 sampler as rollout.engine=fast with engine_dtype=bf16, the mismatch left "
+                         "uncorrected)")
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
@@ -552,8 +566,10 @@ def main(argv=None) -> dict:
         "trl_version": __import__("trl").__version__ if have_trl else None, "task": task.describe,
         "config": (f"task {a.task} ({task.describe}); {a.prompts} prompts x {a.group} samples per step, <= "
                    f"{a.max_new_tokens} new tokens, temperature 1, lr {a.lr} constant, micro-batch {a.micro_batch}, "
-                   f"seeds {','.join(map(str, a.seed_list))}, fp32 weights (policylab-fast: rollout.engine=fast-bf16, "
-                   f"train dtype {a.fast_train_dtype}); budget {a.budget_s:g} s of training per side, evaluated "
+                   f"seeds {','.join(map(str, a.seed_list))}, fp32 weights (policylab-fast: "
+                   + ("rollout.engine=fast-bf16" if a.fast_correction == "tis" else
+                      "the bf16 sampler WITHOUT the correction (rollout.engine=fast, engine_dtype=bf16)")
+                   + f", train dtype {a.fast_train_dtype}); budget {a.budget_s:g} s of training per side, evaluated "
                    f"{every} on {a.eval_n} held-out prompts"),
         "runs": runs, "skipped": skipped, "eval_every_steps": a.eval_every_steps,
     }
