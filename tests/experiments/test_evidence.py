@@ -418,3 +418,33 @@ def test_the_mechanisms_own_settings_win_over_the_commands_set(tmp_path):
     assert shared_run(MECHANISMS["gspo"], s, control=False)["train"]["minibatches"] == 2
     assert shared_run(MECHANISMS["grpo"], Settings(out_dir=tmp_path, sets=(("train.lr", 1e-4),)),
                       control=True)["train"]["lr"] == 0.0  # the no-update control stays one
+
+
+def _t_quantile_975(df: int) -> float:
+    """Naive reference: the 0.975 quantile of Student's t by bisection on its CDF, the density
+    integrated with Simpson's rule from 0 (the CDF at 0 is 1/2)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(x: float, n: int = 4000) -> float:
+        h = x / n
+        f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(n + 1)]
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+    lo, hi = 0.0, 20.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < 0.975 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def test_t_crit_table_against_the_t_distribution_and_between_entries():
+    from policylab.experiments.evidence.verdict import T_CRIT, t_crit
+
+    for df, value in T_CRIT.items():
+        if df > 1:  # df = 1 (Cauchy) has too heavy a tail for this quick integral's range
+            assert value == pytest.approx(_t_quantile_975(df), abs=1.5e-3), df
+    assert t_crit(1) == 12.706 and t_crit(12) == 2.179  # hand: the printed tables' values
+    assert t_crit(35) == T_CRIT[30] and t_crit(59) == T_CRIT[40]  # between entries: the lower df's, wider
+    assert t_crit(500) == 1.96
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_crit(0)

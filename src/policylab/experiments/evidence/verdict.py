@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import math
 
-# two-sided 5% critical values of Student's t, by degrees of freedom (1..10); 1.96 beyond
-T_CRIT = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+# two-sided 5% critical values of Student's t, by degrees of freedom: every df from 1 to 30,
+# then 40, 60, 120; a df between two entries takes the lower entry's (a slightly wider,
+# conservative interval), beyond 120 the normal 1.96
+T_CRIT = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+          11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+          20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
+          29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
 OBSERVED, NOT_OBSERVED, NOT_MEASURABLE, NOT_RUN, REFUSED = (
     "observed", "not observed", "not measurable here", "not run", "refused")
 
@@ -19,7 +24,9 @@ MIN_SEEDS_FOR_CLAIM = 3
 def t_crit(df: int) -> float:
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return T_CRIT.get(df, 1.96)
+    if df > 120:
+        return 1.96
+    return T_CRIT[max(k for k in T_CRIT if k <= df)]
 
 
 def mean_se(values: list[float]) -> tuple[float, float | None]:
