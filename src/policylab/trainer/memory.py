@@ -35,7 +35,9 @@ The per-token activation term was checked on this machine against the peak resid
 memory of a SmolLM2-135M-shaped model (30 layers, H 576, I 1536): measured 1.2-1.4 MB
 per trained token, the formula gives 1.38 MB; the sampling terms within 5% at prompts of
 1,000-2,000 tokens. It is an estimate: other engines (rollout.engine=hf) and other
-architectures use memory differently.
+architectures use memory differently, and `train.dtype: bf16-backward` is counted as fp32
+(it keeps bf16 copies of the linear layers' inputs where fp32 keeps the inputs themselves,
+some of which other operations keep anyway), so there the estimate errs high.
 
 Available memory is MemAvailable from /proc/meminfo, or the environment variable
 POLICYLAB_MEM_AVAILABLE (bytes, or with a K/M/G suffix, e.g. `512M`) when it is set: tests
