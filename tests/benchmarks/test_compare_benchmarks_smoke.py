@@ -64,6 +64,21 @@ def test_learn_vs_trl_fast_side_and_step_schedule_tiny(tmp_path, small_model_dir
     assert eq["step"] == min(fast["points"][-1]["step"], report["runs"]["policylab"][0]["points"][-1]["step"])
 
 
+@pytest.mark.skipif(not __import__("policylab.engines.cpu", fromlist=["x"]).bf16_training_native(),
+                    reason="the fast mode needs native bf16 (avx512_bf16 / amx_bf16), which this CPU has not")
+def test_learn_vs_trl_fast_side_without_its_correction_tiny(tmp_path, small_model_dir):
+    """--fast-correction none: the same bf16 sampler and training dtype as the fast mode, no
+    correction stage, and the report says so."""
+    from policylab.methods.fast_mode import train_dtype
+
+    learn = _load("learn_vs_trl")
+    report = learn.main(_learn_args(small_model_dir, tmp_path / "u", "policylab-fast") + ["--fast-correction", "none"])
+    run = report["runs"]["policylab-fast"][0]
+    assert run["engine"] == "fast-bf16" and run["corrections"] == []
+    assert run["train_dtype"] == train_dtype("fast-bf16")
+    assert "WITHOUT the correction" in (tmp_path / "u.md").read_text()
+
+
 def test_learn_vs_trl_without_native_bf16_runs_the_exact_side_alone(tmp_path, small_model_dir, monkeypatch):
     from policylab.engines import cpu
 
