@@ -20,6 +20,11 @@ down, so the interval is a little wider than exact) and the two-sided 95% t inte
 comparison "contains 0" when the interval does; the report also gives the accuracy at the
 window's last step, the per-seed values and a figure of every run.
 
+Reported beside it (added after the rule was fixed, so not the decision statistic): each
+run's mean training reward over the steps in the window (lo, hi] (on the prompts the step
+trained on, scored on the samples its own sampler drew: 100 steps x 32 samples; a seed's
+arms train on the same prompt stream), compared the same way.
+
 No timing: the runs' seconds are not read (parts from different hosts and loads can be
 pooled; their steps are comparable, their seconds are not).
 """
@@ -87,6 +92,17 @@ def window_mean(points: list[dict], lo: int, hi: int) -> float | None:
     return sum(acc) / len(acc) if acc else None
 
 
+def train_reward_mean(steps: list[dict], lo: int, hi: int) -> float | None:
+    """Mean training reward over steps lo+1 .. hi (the run's `steps` list: step k is entry
+    k-1); None when the run did not reach `hi` or a step in it has no reward."""
+    if len(steps) < hi or hi <= lo:
+        return None
+    rewards = [x.get("reward") for x in steps[lo:hi]]
+    if any(r is None for r in rewards):
+        return None
+    return sum(rewards) / len(rewards)
+
+
 def at_step(points: list[dict], step: int) -> float | None:
     for p in points:
         if p["step"] == step:
@@ -126,17 +142,21 @@ def analyze(arms: dict[str, list[dict]], lo: int, hi: int) -> dict:
         rows = []
         for r in runs:
             rows.append({"seed": r["seed"], "window": window_mean(r["points"], lo, hi),
+                         "train_reward": train_reward_mean(r.get("steps", []), lo, hi),
                          "final": at_step(r["points"], hi), "train_dtype": r.get("train_dtype"),
                          "engine": r.get("engine"), "corrections": r.get("corrections"), "source": r["source"]})
         used = [x for x in rows if x["window"] is not None]
         per_arm[name] = {"runs": rows, "window": summarize([x["window"] for x in used]),
-                         "final": summarize([x["final"] for x in used if x["final"] is not None])}
+                         "final": summarize([x["final"] for x in used if x["final"] is not None]),
+                         "train_reward": summarize([x["train_reward"] for x in used if x["train_reward"] is not None])}
     comps = []
     for a, b in COMPARISONS:
         if a in per_arm and b in per_arm:
             comps.append({"a": a, "b": b, "window": welch(per_arm[a]["window"].get("values", []),
                                                             per_arm[b]["window"].get("values", [])),
-                          "final": welch(per_arm[a]["final"].get("values", []), per_arm[b]["final"].get("values", []))})
+                          "final": welch(per_arm[a]["final"].get("values", []), per_arm[b]["final"].get("values", [])),
+                          "train_reward": welch(per_arm[a]["train_reward"].get("values", []),
+                                                per_arm[b]["train_reward"].get("values", []))})
     return {"window": [lo, hi], "arms": per_arm, "comparisons": comps}
 
 
@@ -151,11 +171,12 @@ def to_markdown(report: dict, command: str) -> str:
              f"steps {lo}-{hi}; per arm, the mean over seeds ± the standard error of their spread; arms compared by "
              "the difference of means with Welch's standard error and a 95% t interval (points of accuracy).", "",
              "| arm | seeds | engine / train dtype / corrections | window mean per seed (%) | arm mean ± s.e. (%) | "
-             f"step {hi} mean (%) |", "|---|---|---|---|---:|---:|"]
+             f"step {hi} mean (%) | training reward, steps {lo + 1}-{hi}, per seed (%) |",
+             "|---|---|---|---|---:|---:|---|"]
     for name, arm in report["arms"].items():
         runs = [r for r in arm["runs"] if r["window"] is not None]
         if not runs:
-            lines.append(f"| {name} | none finished | | | | |")
+            lines.append(f"| {name} | none finished | | | | | |")
             continue
         kinds = sorted({f"{r['engine']} / {r['train_dtype']} / {', '.join(r['corrections'] or []) or 'none'}"
                         for r in runs})
@@ -163,19 +184,21 @@ def to_markdown(report: dict, command: str) -> str:
         se = "" if w["se"] is None else f" ± {100 * w['se']:.1f}"
         per_seed = ", ".join(f"{100 * r['window']:.1f}" for r in runs)
         final = f"{100 * f['mean']:.1f}" if f.get("n") else "n/a"
+        reward = ", ".join("n/a" if r["train_reward"] is None else f"{100 * r['train_reward']:.1f}" for r in runs)
         lines.append(f"| {name} | {', '.join(str(r['seed']) for r in runs)} | {'; '.join(kinds)} | {per_seed} | "
-                     f"{100 * w['mean']:.1f}{se} | {final} |")
+                     f"{100 * w['mean']:.1f}{se} | {final} | {reward} |")
     lines += ["", "| comparison | window: difference [95% interval] (points) | contains 0 | "
-              f"step {hi}: difference [95% interval] |", "|---|---:|---|---:|"]
+              f"step {hi}: difference [95% interval] | training reward: difference [95% interval] (beside) |",
+              "|---|---:|---|---:|---:|"]
     for c in report["comparisons"]:
         cells = []
-        for key in ("window", "final"):
+        for key in ("window", "final", "train_reward"):
             x = c[key]
             cells.append("n/a (" + x["why"] + ")" if x.get("diff") is None else
                          f"{_pts(x['diff'])} ± {100 * x['se']:.1f} [{_pts(x['lo'])}, {_pts(x['hi'])}]")
         w = c["window"]
         inside = "" if w.get("diff") is None else ("yes" if w["contains_0"] else "no")
-        lines.append(f"| {c['a']} − {c['b']} | {cells[0]} | {inside} | {cells[1]} |")
+        lines.append(f"| {c['a']} − {c['b']} | {cells[0]} | {inside} | {cells[1]} | {cells[2]} |")
     lines += ["", "![held-out accuracy by step, every run](" + report.get("figure", "equal_steps.png") + ")", ""]
     return "\n".join(lines)
 
@@ -187,7 +210,7 @@ def plot(arms: dict[str, list[dict]], report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     colors = {"exact": "tab:blue", "fast": "tab:red", "uncorrected": "tab:orange", "fast-fp32-training": "tab:green"}
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(17, 4.5), gridspec_kw={"width_ratios": [3, 3, 2]})
     names = [n for n in arms if arms[n]]
     for i, name in enumerate(names):
         col = colors.get(name, f"C{i}")
@@ -198,6 +221,13 @@ def plot(arms: dict[str, list[dict]], report: dict, path: Path) -> None:
         mean = [sum(100 * p["accuracy"] for r in arms[name] for p in r["points"] if p["step"] == s) /
                 max(1, sum(1 for r in arms[name] for p in r["points"] if p["step"] == s)) for s in steps]
         ax.plot(steps, mean, color=col, lw=2.5, label=f"{name} (mean of {len(arms[name])} seeds)")
+        rewards = [[x.get("reward") for x in r.get("steps", [])] for r in arms[name]]
+        n = min((len(x) for x in rewards), default=0)
+        if n and all(v is not None for x in rewards for v in x[:n]):
+            mean_r = [sum(x[k] for x in rewards) / len(rewards) for k in range(n)]
+            k = 20  # a 20-step moving average of the seeds' mean: one step is 32 samples
+            smooth = [100 * sum(mean_r[j - k + 1: j + 1]) / k for j in range(k - 1, n)]
+            cx.plot(range(k, n + 1), smooth, color=col, lw=2, label=name)
         w = report["arms"][name]["window"]
         vals = w.get("values", [])
         bx.scatter([i] * len(vals), [100 * v for v in vals], color=col, alpha=0.6)
@@ -209,6 +239,10 @@ def plot(arms: dict[str, list[dict]], report: dict, path: Path) -> None:
     ax.set_ylabel("held-out accuracy (%)")
     ax.legend(fontsize=8)
     ax.set_title("every run (thin) and each arm's mean (thick); shaded: the window")
+    cx.set_xlabel("step")
+    cx.set_ylabel("training reward (%)")
+    cx.set_title("training reward, mean of seeds, 20-step moving average")
+    cx.legend(fontsize=8)
     bx.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
     bx.set_ylabel(f"mean accuracy, steps {lo}-{hi} (%)")
     bx.set_title("per seed, and arm mean ± 2 s.e.")

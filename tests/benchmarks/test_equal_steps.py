@@ -16,10 +16,10 @@ def _points(accs, every=25):
     return [{"step": every * i, "seconds": float(i), "accuracy": a, "accuracy_stderr": 0.03} for i, a in enumerate(accs)]
 
 
-def _part(directory, side, seed, accs, **extra):
+def _part(directory, side, seed, accs, reward=0.5, **extra):
     directory.mkdir(parents=True, exist_ok=True)
     run = {"side": side, "seed": seed, "engine": "fast-bf16", "train_dtype": "bf16-backward", "corrections": ["tis"],
-           "points": _points(accs), **extra}
+           "points": _points(accs), "steps": [{"reward": reward} for _ in range(25 * (len(accs) - 1))], **extra}
     (directory / f"{side}-seed{seed}.json").write_text(json.dumps(run))
 
 
@@ -32,6 +32,11 @@ def test_window_mean_and_the_step_it_must_reach():
     # a run that stopped at step 175 is not compared in a window ending at 200
     assert eq.window_mean(pts[:-1], 100, 200) is None
     assert eq.window_mean([], 100, 200) is None
+    # training reward over steps 101..200: entries 100..199 of the run's steps
+    steps = [{"reward": 0.0}] * 100 + [{"reward": 1.0}] * 50 + [{"reward": 0.5}] * 50
+    assert eq.train_reward_mean(steps, 100, 200) == pytest.approx(0.75)
+    assert eq.train_reward_mean(steps[:199], 100, 200) is None
+    assert eq.train_reward_mean(steps[:150] + [{"reward": None}] + steps[151:], 100, 200) is None
 
 
 def test_welch_hand_worked_and_naive_reference():
@@ -76,8 +81,8 @@ def test_report_end_to_end(tmp_path):
     eq = _load("equal_steps")
     ramp = [0.0, 0.2, 0.4, 0.5]
     for seed, late in enumerate([0.80, 0.82, 0.78]):
-        _part(tmp_path / "e", "policylab", seed, ramp + [late] * 5, engine="fast-fp32", train_dtype="fp32",
-              corrections=[])
+        _part(tmp_path / "e", "policylab", seed, ramp + [late] * 5, reward=late, engine="fast-fp32",
+              train_dtype="fp32", corrections=[])
     for seed, late in enumerate([0.70, 0.71, 0.69]):
         _part(tmp_path / "f", "policylab-fast", seed, ramp + [late] * 5)
     out = tmp_path / "r"
@@ -86,7 +91,9 @@ def test_report_end_to_end(tmp_path):
     (c,) = [c for c in rep["comparisons"] if (c["a"], c["b"]) == ("fast", "exact")]
     assert c["window"]["diff"] == pytest.approx(-0.10) and c["window"]["contains_0"] is False
     md = out.with_suffix(".md").read_text()
-    assert "| exact | 0, 1, 2 | fast-fp32 / fp32 / none | 80.0, 82.0, 78.0 | 80.0 ± 1.2 | 80.0 |" in md
+    assert "| exact | 0, 1, 2 | fast-fp32 / fp32 / none | 80.0, 82.0, 78.0 | 80.0 ± 1.2 | 80.0 | 80.0, 82.0, 78.0 |" in md
+    # fast's training reward 0.5 on every step: 50.0 - 80.0 = -30.0
+    assert c["train_reward"]["diff"] == pytest.approx(-0.30)
     assert "| fast − exact | -10.0 ± 1.3" in md and "| no |" in md
     assert out.with_suffix(".png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="no finished run"):
