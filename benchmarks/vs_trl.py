@@ -260,10 +260,6 @@ def summarize(res: dict) -> dict:
             "mean_reward": (sum(s["reward"] for s in steps if s["reward"] is not None) / len(steps)) if steps else None}
 
 
-# two-sided 95% Student t quantiles by degrees of freedom (1 ... 10; normal beyond)
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-
-
 def reward_vs_trl(side: dict, trl: dict) -> dict:
     """policylab's reward minus TRL's, with a 95% interval, two ways.
 
@@ -273,6 +269,8 @@ def reward_vs_trl(side: dict, trl: dict) -> dict:
     difference on the same held-out prompts, normal interval from the two standard errors.
     `lower` is True only when the interval lies entirely below 0 (TRL's reward is higher
     beyond noise)."""
+    from policylab.experiments.evidence.verdict import t_crit
+
     pairs = [(a["reward"], b["reward"]) for a, b in zip(side["steps"], trl["steps"])
              if a["reward"] is not None and b["reward"] is not None]
     out: dict = {}
@@ -281,7 +279,7 @@ def reward_vs_trl(side: dict, trl: dict) -> dict:
         n = len(d)
         mean = sum(d) / n
         sd = (sum((x - mean) ** 2 for x in d) / (n - 1)) ** 0.5
-        half = _T95.get(n - 1, 1.96) * sd / n ** 0.5
+        half = t_crit(n - 1) * sd / n ** 0.5
         out["training"] = {"diff": mean, "lo": mean - half, "hi": mean + half, "steps": n,
                            "lower": mean + half < 0}
     if "heldout" in side and "heldout" in trl:
