@@ -128,8 +128,15 @@ def heldout(model, tokenizer, a, task, reward) -> dict:
     model.eval()
     res = evaluate(FastEngine(model, tokenizer), prompts, [e.answer for e in ex], reward, temperature=1.0,
                    max_new_tokens=a.max_new_tokens, batch_size=50, seed=a.seed + 999)
+    out = {k: res[k] for k in ("accuracy", "accuracy_stderr", "mean_length", "n_prompts")}
+    if a.eval_bf16:  # the same prompts and random numbers, sampled by the fast mode's bf16 engine
+        import torch
+
+        res = evaluate(FastEngine(model, tokenizer, dtype=torch.bfloat16), prompts, [e.answer for e in ex], reward,
+                       temperature=1.0, max_new_tokens=a.max_new_tokens, batch_size=50, seed=a.seed + 999)
+        out.update(accuracy_bf16=res["accuracy"], accuracy_bf16_stderr=res["accuracy_stderr"])
     model.train(was)
-    return {k: res[k] for k in ("accuracy", "accuracy_stderr", "mean_length", "n_prompts")}
+    return out
 
 
 def _eval_point(points, clock, step, model, tokenizer, a, task, reward, side):
@@ -139,7 +146,8 @@ def _eval_point(points, clock, step, model, tokenizer, a, task, reward, side):
     clock.evaluated(time.perf_counter() - t0)
     points.append({"seconds": t_train, "step": step, **res, "eval_s": time.perf_counter() - t0})
     print(f"[{side}] {t_train:7.1f} s  step {step:4d}  held-out accuracy {res['accuracy']:.3f} "
-          f"± {res['accuracy_stderr']:.3f}", flush=True)
+          f"± {res['accuracy_stderr']:.3f}" + (f" (bf16 engine {res['accuracy_bf16']:.3f})" if "accuracy_bf16" in res
+                                                else ""), flush=True)
 
 
 # ------------------------------------------------------------------------ workers
@@ -506,6 +514,9 @@ def parse(argv=None):
                          "the same bf16 sampler as rollout.engine=fast with engine_dtype=bf16, the mismatch left "
                          "uncorrected)")
     ap.add_argument("--eval-n", type=int, default=200)
+    ap.add_argument("--eval-bf16", action="store_true",
+                    help="also evaluate every point with the bf16 engine on the same prompts and "
+                         "random numbers (accuracy_bf16): whether a model does better under its sampler's numerics")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the task candidate's")

@@ -77,6 +77,10 @@ def test_learn_vs_trl_fast_side_without_its_correction_tiny(tmp_path, small_mode
     assert run["engine"] == "fast-bf16" and run["corrections"] == []
     assert run["train_dtype"] == train_dtype("fast-bf16")
     assert "WITHOUT the correction" in (tmp_path / "u.md").read_text()
+    # --eval-bf16: every point also scored by the bf16 engine on the same prompts
+    report = learn.main(_learn_args(small_model_dir, tmp_path / "b", "policylab") + ["--eval-bf16"])
+    pts = report["runs"]["policylab"][0]["points"]
+    assert all(0.0 <= p["accuracy_bf16"] <= 1.0 and p["accuracy_bf16_stderr"] >= 0.0 for p in pts)
 
 
 def test_learn_vs_trl_without_native_bf16_runs_the_exact_side_alone(tmp_path, small_model_dir, monkeypatch):
