@@ -46,7 +46,9 @@ from policylab.experiments.evidence.verdict import mean_se, t_crit  # noqa: E402
 DEFAULT_ARMS = [
     "exact=benchmarks/results/learn_vs_trl_sampler_only_parts:policylab",
     "exact=benchmarks/results/learn_vs_trl_exact_parts:policylab",
+    "exact=benchmarks/results/learn_vs_trl_exact_dual_eval_parts:policylab",
     "fast=benchmarks/results/learn_vs_trl_bf16_backward_parts:policylab-fast",
+    "fast=benchmarks/results/learn_vs_trl_fast_dual_eval_parts:policylab-fast",
     "uncorrected=benchmarks/results/learn_vs_trl_uncorrected_parts:policylab-fast",
     "fast-fp32-training=benchmarks/results/learn_vs_trl_sampler_only_parts:policylab-fast",
 ]
