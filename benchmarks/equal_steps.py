@@ -105,6 +105,16 @@ def train_reward_mean(steps: list[dict], lo: int, hi: int) -> float | None:
     return sum(rewards) / len(rewards)
 
 
+def engine_gap(points: list[dict], lo: int, hi: int) -> float | None:
+    """Mean over the window's evaluations of accuracy_bf16 − accuracy (the same model, prompts
+    and random numbers sampled by the bf16 engine and by fp32: runs with --eval-bf16); None
+    for a run without it or that did not reach `hi`."""
+    if not points or points[-1]["step"] < hi:
+        return None
+    d = [p["accuracy_bf16"] - p["accuracy"] for p in points if lo <= p["step"] <= hi and "accuracy_bf16" in p]
+    return sum(d) / len(d) if d else None
+
+
 def at_step(points: list[dict], step: int) -> float | None:
     for p in points:
         if p["step"] == step:
@@ -145,12 +155,14 @@ def analyze(arms: dict[str, list[dict]], lo: int, hi: int) -> dict:
         for r in runs:
             rows.append({"seed": r["seed"], "window": window_mean(r["points"], lo, hi),
                          "train_reward": train_reward_mean(r.get("steps", []), lo, hi),
+                         "engine_gap": engine_gap(r["points"], lo, hi),
                          "final": at_step(r["points"], hi), "train_dtype": r.get("train_dtype"),
                          "engine": r.get("engine"), "corrections": r.get("corrections"), "source": r["source"]})
         used = [x for x in rows if x["window"] is not None]
         per_arm[name] = {"runs": rows, "window": summarize([x["window"] for x in used]),
                          "final": summarize([x["final"] for x in used if x["final"] is not None]),
-                         "train_reward": summarize([x["train_reward"] for x in used if x["train_reward"] is not None])}
+                         "train_reward": summarize([x["train_reward"] for x in used if x["train_reward"] is not None]),
+                         "engine_gap": summarize([x["engine_gap"] for x in used if x["engine_gap"] is not None])}
     comps = []
     for a, b in COMPARISONS:
         if a in per_arm and b in per_arm:
@@ -158,7 +170,9 @@ def analyze(arms: dict[str, list[dict]], lo: int, hi: int) -> dict:
                                                             per_arm[b]["window"].get("values", [])),
                           "final": welch(per_arm[a]["final"].get("values", []), per_arm[b]["final"].get("values", [])),
                           "train_reward": welch(per_arm[a]["train_reward"].get("values", []),
-                                                per_arm[b]["train_reward"].get("values", []))})
+                                                per_arm[b]["train_reward"].get("values", [])),
+                          "engine_gap": welch(per_arm[a]["engine_gap"].get("values", []),
+                                              per_arm[b]["engine_gap"].get("values", []))})
     return {"window": [lo, hi], "arms": per_arm, "comparisons": comps}
 
 
@@ -201,6 +215,22 @@ def to_markdown(report: dict, command: str) -> str:
         w = c["window"]
         inside = "" if w.get("diff") is None else ("yes" if w["contains_0"] else "no")
         lines.append(f"| {c['a']} − {c['b']} | {cells[0]} | {inside} | {cells[1]} | {cells[2]} |")
+    gaps = {n: a for n, a in report["arms"].items() if a["engine_gap"].get("n")}
+    if gaps:
+        lines += ["", f"Runs evaluated by both engines (`--eval-bf16`): per run, the mean over steps {lo}-{hi} of the "
+                  "bf16 engine's accuracy minus the fp32 engine's (same model, prompts and random numbers).", "",
+                  "| arm | seeds | bf16 − fp32 evaluation per seed (points) | arm mean ± s.e. |", "|---|---|---|---:|"]
+        for name, arm in gaps.items():
+            runs = [r for r in arm["runs"] if r["engine_gap"] is not None]
+            g = arm["engine_gap"]
+            se = "" if g["se"] is None else f" ± {100 * g['se']:.1f}"
+            lines.append(f"| {name} | {', '.join(str(r['seed']) for r in runs)} | "
+                         f"{', '.join(_pts(r['engine_gap']) for r in runs)} | {_pts(g['mean'])}{se} |")
+        for c in report["comparisons"]:
+            x = c["engine_gap"]
+            if x.get("diff") is not None:
+                lines.append(f"\n{c['a']} − {c['b']}: {_pts(x['diff'])} ± {100 * x['se']:.1f} "
+                             f"[{_pts(x['lo'])}, {_pts(x['hi'])}] points")
     lines += ["", "![held-out accuracy by step, every run](" + report.get("figure", "equal_steps.png") + ")", ""]
     return "\n".join(lines)
 

@@ -37,6 +37,10 @@ def test_window_mean_and_the_step_it_must_reach():
     assert eq.train_reward_mean(steps, 100, 200) == pytest.approx(0.75)
     assert eq.train_reward_mean(steps[:199], 100, 200) is None
     assert eq.train_reward_mean(steps[:150] + [{"reward": None}] + steps[151:], 100, 200) is None
+    # the engine gap: bf16 evaluation 0.02 above fp32 at steps 100 and 200, 0.05 at 150: mean 0.03
+    both = [dict(p, accuracy_bf16=p["accuracy"] + (0.05 if p["step"] == 150 else 0.02)) for p in pts]
+    assert eq.engine_gap(both, 100, 200) == pytest.approx(0.026)  # (0.02 + 0.02 + 0.05 + 0.02 + 0.02) / 5
+    assert eq.engine_gap(pts, 100, 200) is None  # a run without --eval-bf16
 
 
 def test_welch_hand_worked_and_naive_reference():
@@ -96,7 +100,30 @@ def test_report_end_to_end(tmp_path):
     assert c["train_reward"]["diff"] == pytest.approx(-0.30)
     assert "| fast − exact | -10.0 ± 1.3" in md and "| no |" in md
     assert out.with_suffix(".png").stat().st_size > 1000
+    assert "Runs evaluated by both engines" not in md  # none of these runs has --eval-bf16
     with pytest.raises(SystemExit, match="no finished run"):
         eq.main(["--arm", f"x={tmp_path / 'nothing'}:policylab", "--out", str(tmp_path / "n")])
     with pytest.raises(SystemExit, match="--window"):
         eq.main(["--window", "200,100", "--out", str(tmp_path / "w")])
+
+
+def test_engine_gap_between_arms(tmp_path):
+    """Runs evaluated by both engines: each arm's mean bf16 − fp32 gap and the difference of
+    the arms' gaps (fast +4, +5, +6 points; exact -1, 0, +1: difference +5)."""
+    eq = _load("equal_steps")
+    ramp = [0.0, 0.2, 0.4, 0.5]
+    for name, side, gaps in (("e", "policylab", (-0.01, 0.0, 0.01)), ("f", "policylab-fast", (0.04, 0.05, 0.06))):
+        for seed, gap in enumerate(gaps):
+            _part(tmp_path / name, side, seed, ramp + [0.7] * 5)
+            f = tmp_path / name / f"{side}-seed{seed}.json"
+            run = json.loads(f.read_text())
+            run["points"] = [dict(p, accuracy_bf16=p["accuracy"] + gap) for p in run["points"]]
+            f.write_text(json.dumps(run))
+    rep = eq.main(["--arm", f"exact={tmp_path / 'e'}:policylab", "--arm", f"fast={tmp_path / 'f'}:policylab-fast",
+                   "--out", str(tmp_path / "g")])
+    assert rep["arms"]["fast"]["engine_gap"]["mean"] == pytest.approx(0.05)
+    (c,) = [c for c in rep["comparisons"] if (c["a"], c["b"]) == ("fast", "exact")]
+    assert c["engine_gap"]["diff"] == pytest.approx(0.05) and c["engine_gap"]["se"] == pytest.approx(
+        math.sqrt(2 * statistics.variance([0.04, 0.05, 0.06]) / 3))
+    md = (tmp_path / "g.md").read_text()
+    assert "| fast | 0, 1, 2 | +4.0, +5.0, +6.0 | +5.0 ± 0.6 |" in md and "fast − exact: +5.0 ± 0.8" in md
