@@ -39,9 +39,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 RESULTS = HERE.parent / "results"
-sys.path.insert(0, str(HERE.parent.parent / "src"))
 
-from policylab.experiments.evidence.verdict import mean_se, t_crit  # noqa: E402
+from policylab.experiments.evidence.verdict import mean_se, t_crit
 
 DEFAULT_ARMS = [
     "exact=benchmarks/results/learn_vs_trl_sampler_only_parts:policylab",
@@ -53,6 +52,9 @@ DEFAULT_ARMS = [
     "fast-fp32-training=benchmarks/results/learn_vs_trl_sampler_only_parts:policylab-fast",
 ]
 # (a, b): the report's comparisons a − b, the first one the question
+# per run: the window's mean accuracy (the decision statistic), the accuracy at the window's
+# last step, the training reward and the bf16 − fp32 evaluation gap (both beside it)
+STATISTICS = ("window", "final", "train_reward", "engine_gap")
 COMPARISONS = [("fast", "exact"), ("uncorrected", "exact"), ("fast", "uncorrected"), ("fast-fp32-training", "exact")]
 
 
@@ -158,21 +160,13 @@ def analyze(arms: dict[str, list[dict]], lo: int, hi: int) -> dict:
                          "engine_gap": engine_gap(r["points"], lo, hi),
                          "final": at_step(r["points"], hi), "train_dtype": r.get("train_dtype"),
                          "engine": r.get("engine"), "corrections": r.get("corrections"), "source": r["source"]})
-        used = [x for x in rows if x["window"] is not None]
-        per_arm[name] = {"runs": rows, "window": summarize([x["window"] for x in used]),
-                         "final": summarize([x["final"] for x in used if x["final"] is not None]),
-                         "train_reward": summarize([x["train_reward"] for x in used if x["train_reward"] is not None]),
-                         "engine_gap": summarize([x["engine_gap"] for x in used if x["engine_gap"] is not None])}
+        used = [x for x in rows if x["window"] is not None]  # runs that reached the window's end
+        per_arm[name] = {"runs": rows, **{k: summarize([x[k] for x in used if x[k] is not None]) for k in STATISTICS}}
     comps = []
     for a, b in COMPARISONS:
         if a in per_arm and b in per_arm:
-            comps.append({"a": a, "b": b, "window": welch(per_arm[a]["window"].get("values", []),
-                                                            per_arm[b]["window"].get("values", [])),
-                          "final": welch(per_arm[a]["final"].get("values", []), per_arm[b]["final"].get("values", [])),
-                          "train_reward": welch(per_arm[a]["train_reward"].get("values", []),
-                                                per_arm[b]["train_reward"].get("values", [])),
-                          "engine_gap": welch(per_arm[a]["engine_gap"].get("values", []),
-                                              per_arm[b]["engine_gap"].get("values", []))})
+            comps.append({"a": a, "b": b, **{k: welch(per_arm[a][k].get("values", []), per_arm[b][k].get("values", []))
+                                             for k in STATISTICS}})
     return {"window": [lo, hi], "arms": per_arm, "comparisons": comps}
 
 
@@ -302,8 +296,7 @@ def main(argv=None) -> dict:
     report = analyze(arms, lo, hi)
     out = Path(a.out)
     report["figure"] = out.with_suffix(".png").name
-    command = "python benchmarks/equal_steps.py" + ("" if argv is None and len(sys.argv) == 1 else
-                                                    " " + " ".join(sys.argv[1:] if argv is None else argv))
+    command = " ".join(["python benchmarks/equal_steps.py", *(sys.argv[1:] if argv is None else argv)])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     out.with_suffix(".md").write_text(to_markdown(report, command))

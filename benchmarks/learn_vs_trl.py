@@ -126,14 +126,17 @@ def heldout(model, tokenizer, a, task, reward) -> dict:
     prompts = [vs._encode(tokenizer, e.prompt) for e in ex]
     was = model.training
     model.eval()
-    res = evaluate(FastEngine(model, tokenizer), prompts, [e.answer for e in ex], reward, temperature=1.0,
-                   max_new_tokens=a.max_new_tokens, batch_size=50, seed=a.seed + 999)
+
+    def score(**engine) -> dict:
+        return evaluate(FastEngine(model, tokenizer, **engine), prompts, [e.answer for e in ex], reward,
+                        temperature=1.0, max_new_tokens=a.max_new_tokens, batch_size=50, seed=a.seed + 999)
+
+    res = score()
     out = {k: res[k] for k in ("accuracy", "accuracy_stderr", "mean_length", "n_prompts")}
     if a.eval_bf16:  # the same prompts and random numbers, sampled by the fast mode's bf16 engine
         import torch
 
-        res = evaluate(FastEngine(model, tokenizer, dtype=torch.bfloat16), prompts, [e.answer for e in ex], reward,
-                       temperature=1.0, max_new_tokens=a.max_new_tokens, batch_size=50, seed=a.seed + 999)
+        res = score(dtype=torch.bfloat16)
         out.update(accuracy_bf16=res["accuracy"], accuracy_bf16_stderr=res["accuracy_stderr"])
     model.train(was)
     return out

@@ -260,6 +260,19 @@ def summarize(res: dict) -> dict:
             "mean_reward": (sum(s["reward"] for s in steps if s["reward"] is not None) / len(steps)) if steps else None}
 
 
+def t_interval(values: list[float]) -> dict:
+    """Mean of `values` with a two-sided 95% Student t interval from their spread (n − 1
+    degrees of freedom); `lower` when the interval lies entirely below 0. One value: no
+    interval (lo, hi None)."""
+    from policylab.experiments.evidence.verdict import mean_se, t_crit
+
+    m, se = mean_se(values)
+    if se is None:
+        return {"n": 1, "mean": m, "se": None, "lo": None, "hi": None, "lower": False}
+    half = t_crit(len(values) - 1) * se
+    return {"n": len(values), "mean": m, "se": se, "lo": m - half, "hi": m + half, "lower": m + half < 0}
+
+
 def reward_vs_trl(side: dict, trl: dict) -> dict:
     """policylab's reward minus TRL's, with a 95% interval, two ways.
 
@@ -269,19 +282,12 @@ def reward_vs_trl(side: dict, trl: dict) -> dict:
     difference on the same held-out prompts, normal interval from the two standard errors.
     `lower` is True only when the interval lies entirely below 0 (TRL's reward is higher
     beyond noise)."""
-    from policylab.experiments.evidence.verdict import t_crit
-
     pairs = [(a["reward"], b["reward"]) for a, b in zip(side["steps"], trl["steps"])
              if a["reward"] is not None and b["reward"] is not None]
     out: dict = {}
     if len(pairs) >= 2:
-        d = [a - b for a, b in pairs]
-        n = len(d)
-        mean = sum(d) / n
-        sd = (sum((x - mean) ** 2 for x in d) / (n - 1)) ** 0.5
-        half = t_crit(n - 1) * sd / n ** 0.5
-        out["training"] = {"diff": mean, "lo": mean - half, "hi": mean + half, "steps": n,
-                           "lower": mean + half < 0}
+        iv = t_interval([a - b for a, b in pairs])
+        out["training"] = {"diff": iv["mean"], "lo": iv["lo"], "hi": iv["hi"], "steps": iv["n"], "lower": iv["lower"]}
     if "heldout" in side and "heldout" in trl:
         a, b = side["heldout"], trl["heldout"]
         diff = a["accuracy"] - b["accuracy"]

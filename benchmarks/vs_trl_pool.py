@@ -22,24 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from vs_trl import t_interval  # a sibling script: its folder is on sys.path when this one runs
 
 HERE = Path(__file__).resolve()
 RESULTS = HERE.parent / "results"
-sys.path.insert(0, str(HERE.parent.parent / "src"))
-
-from policylab.experiments.evidence.verdict import mean_se, t_crit  # noqa: E402
-
-
-def interval(values: list[float]) -> dict:
-    """Mean of `values` with a two-sided 95% t interval from their spread (None bounds for one value)."""
-    m, se = mean_se(values)
-    if se is None:
-        return {"n": 1, "mean": m, "lo": None, "hi": None, "lower": False}
-    half = t_crit(len(values) - 1) * se
-    return {"n": len(values), "mean": m, "se": se, "lo": m - half, "hi": m + half, "lower": m + half < 0}
-
 
 def pool(reports: list[dict]) -> dict:
     """The pooled comparison of every policylab side found in all `reports` against TRL."""
@@ -58,8 +46,8 @@ def pool(reports: list[dict]) -> dict:
         held = [r["sides"][s]["heldout"]["accuracy"] - r["sides"]["trl"]["heldout"]["accuracy"] for r in reports
                 if "heldout" in r["sides"][s] and "heldout" in r["sides"]["trl"]]
         entry = {"ratios": ratios, "ratio_mean": sum(ratios) / len(ratios), "ratio_min": min(ratios),
-                 "training": interval(step_diffs) if step_diffs else None,
-                 "heldout_per_run": held, "heldout": interval(held) if held else None}
+                 "training": t_interval(step_diffs) if step_diffs else None,
+                 "heldout_per_run": held, "heldout": t_interval(held) if held else None}
         out["sides"][s] = entry
     return out
 
