@@ -320,3 +320,48 @@ def test_fp64_model_runs_in_fp64(tiny_model, tokenizer):
     # fp32 rounding of scores up to ~25 in magnitude: relative, not absolute, precision
     # (measured: up to 1.8e-5 absolute on an AVX2-only host; a bf16 path would be off by ~1e-2)
     assert_close(batch.logp_behavior[m].double(), recompute(model, batch)[m], rtol=1e-5, atol=4e-5)
+
+
+def _naive_attention(q, keys, vals, key_ok, scale):
+    """Per row, per query head: repeat its kv head, softmax over the allowed keys, in fp64."""
+    R, nh, _, D = q.shape
+    g = nh // keys.shape[1]
+    out = torch.zeros(R, nh, 1, D, dtype=torch.float64)
+    for r in range(R):
+        for h in range(nh):
+            ok = key_ok[r, 0]
+            s = (keys[r, h // g, ok].double() @ q[r, h, 0].double()) * scale
+            out[r, h, 0] = torch.softmax(s, 0) @ vals[r, h // g, ok].double()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_attention_one_query_per_row(tiny_model, tokenizer, dtype):
+    """The decode step's attention (one query per row over the cache, grouped kv heads,
+    masked keys) against a hand-worked case and a per-head loop in fp64."""
+    dec = FastEngine(tiny_model, tokenizer)._net
+    # hand-worked: 2 query heads on 1 kv head, D = 1, keys 0 and 1 allowed, key 2 masked.
+    # head 0 (q=1): scores 0, ln 3 -> weights 1/4, 3/4 -> 0.25*2 + 0.75*6 = 5.0
+    # head 1 (q=0): scores 0, 0 -> weights 1/2, 1/2 -> 4.0 (the masked key's 100 never enters)
+    q = torch.tensor([1.0, 0.0]).view(1, 2, 1, 1)
+    keys = torch.tensor([0.0, float(torch.log(torch.tensor(3.0))), 50.0]).view(1, 1, 3, 1)
+    vals = torch.tensor([2.0, 6.0, 100.0]).view(1, 1, 3, 1)
+    ok = torch.tensor([[[True, True, False]]])
+    dec.scale = 1.0
+    assert_close(dec._decode_attention(q, keys, vals, ok).flatten(), torch.tensor([5.0, 4.0]))
+    # random shapes of the embedded model's kind (9 query heads on 3 kv heads), ragged masks
+    gen = torch.Generator().manual_seed(0)
+    R, nh, nkv, S, D = 5, 9, 3, 11, 8
+    q, keys, vals = (torch.randn(*shape, generator=gen).to(dtype)
+                     for shape in ((R, nh, 1, D), (R, nkv, S, D), (R, nkv, S, D)))
+    ok = torch.rand(R, 1, S, generator=gen) > 0.4
+    ok[:, :, -1] = True  # the row's own new key is always allowed
+    dec.scale = D ** -0.5
+    got = dec._decode_attention(q, keys, vals, ok)
+    assert got.dtype == dtype and got.shape == (R, nh, 1, D)
+    ref = _naive_attention(q, keys, vals, ok, dec.scale)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]  # bf16: the output's rounding, ~3 digits
+    assert_close(got.double(), ref, rtol=tol, atol=tol)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, keys, vals, attn_mask=ok[:, None], scale=dec.scale,
+                                                            enable_gqa=True)
+    assert (got.double() - ref).abs().max() <= (sdpa.double() - ref).abs().max() + tol / 10
