@@ -38,12 +38,14 @@ is correct but slower than fp32.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-__all__ = ["Bf16Backward", "bf16_backward_linear"]
+__all__ = ["Bf16Backward", "active_region", "bf16_backward_linear"]
 
 _BF16 = torch.bfloat16
 
@@ -119,6 +121,30 @@ class Bf16Backward(TorchFunctionMode):
                 return _LinearBf16Backward.apply(x, weight, bias, self._cast(x))
         return func(*args, **kwargs)
 
+    def __enter__(self):
+        _ACTIVE.stack = [*getattr(_ACTIVE, "stack", []), self]
+        return super().__enter__()
+
     def __exit__(self, *exc):
         self._casts = WeakTensorKeyDictionary()
+        stack = getattr(_ACTIVE, "stack", [])
+        if stack and stack[-1] is self:
+            _ACTIVE.stack = stack[:-1]
         return super().__exit__(*exc)
+
+
+_ACTIVE = threading.local()  # the regions entered on this thread, innermost last
+
+
+def active_region() -> Bf16Backward | None:
+    """The innermost `Bf16Backward` region this thread is in (None outside any).
+
+    A forward that is recomputed in the backward (`torch.utils.checkpoint`, e.g. the
+    chunked log-probs of `policylab.models.logprobs`) must run its recomputation inside
+    the region its forward ran in: otherwise the recomputed linear layers are plain
+    `F.linear` calls that save other tensors than the forward's did, and the checkpoint
+    refuses them. torch leaves a function mode while it handles a call (such as
+    `Tensor.backward`) and the backward may be called outside the region anyway, so the
+    checkpoint is given this region to enter again around the recomputation."""
+    stack = getattr(_ACTIVE, "stack", [])
+    return stack[-1] if stack else None

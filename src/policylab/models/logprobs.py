@@ -39,6 +39,7 @@ writes the gradient into its own input buffer (`_TargetLogProb`), and every othe
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -49,6 +50,7 @@ from torch.utils.checkpoint import checkpoint
 from policylab.kernels.checks import check_mask
 from policylab.batch import SamplingSettings
 from policylab.errors import NonFiniteError, ShapeError
+from policylab.models.bf16_backward import active_region
 
 __all__ = ["token_logprobs", "model_logprobs", "kept_set", "restrict_to"]
 
@@ -222,7 +224,7 @@ def _chunked(
     for start in range(0, n, max(step, 1)):
         src, tgt = source[start : start + step], targets[start : start + step]
         if recompute:
-            lp, ent = checkpoint(run, src, tgt, use_reentrant=False)
+            lp, ent = checkpoint(run, src, tgt, use_reentrant=False, context_fn=_recompute_context)
         else:
             lp, ent = run(src, tgt)
         out_logp.append(lp)
@@ -231,6 +233,14 @@ def _chunked(
         empty = source.new_empty(0, dtype=_compute_dtype(source.dtype))
         return empty, empty
     return torch.cat(out_logp), torch.cat(out_ent)
+
+
+def _recompute_context():
+    """(forward, recomputation) contexts of a checkpointed chunk: the recomputation runs in
+    the `train.dtype: bf16-backward` region the forward ran in, if any
+    (`policylab.models.bf16_backward.active_region`), so it saves the same tensors."""
+    region = active_region()
+    return contextlib.nullcontext(), (contextlib.nullcontext() if region is None else region)
 
 
 def _menu(allowed_ids) -> str:
