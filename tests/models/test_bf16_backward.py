@@ -214,4 +214,3 @@ def test_chunked_logprobs_recompute_inside_the_region(tiny_model):
         assert region.calls == whole.calls - 1 + 5 + 5  # the head: once per chunk, and again in each recomputation
         assert 1e-5 < err(g) < 1e-2
         assert err(g) < 2 * float((g_whole - g32_whole).norm() / g32_whole.norm())
-

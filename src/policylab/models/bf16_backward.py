@@ -38,11 +38,9 @@ is correct but slower than fp32.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils.weak import WeakTensorKeyDictionary
 
 __all__ = ["Bf16Backward", "active_region", "bf16_backward_linear"]
@@ -121,23 +119,14 @@ class Bf16Backward(TorchFunctionMode):
                 return _LinearBf16Backward.apply(x, weight, bias, self._cast(x))
         return func(*args, **kwargs)
 
-    def __enter__(self):
-        _ACTIVE.stack = [*getattr(_ACTIVE, "stack", []), self]
-        return super().__enter__()
-
     def __exit__(self, *exc):
         self._casts = WeakTensorKeyDictionary()
-        stack = getattr(_ACTIVE, "stack", [])
-        if stack and stack[-1] is self:
-            _ACTIVE.stack = stack[:-1]
         return super().__exit__(*exc)
 
 
-_ACTIVE = threading.local()  # the regions entered on this thread, innermost last
-
-
 def active_region() -> Bf16Backward | None:
-    """The innermost `Bf16Backward` region this thread is in (None outside any).
+    """The innermost `Bf16Backward` region on this thread's torch function mode stack
+    (None outside any; torch keeps that stack, the same one `torch.get_default_device` reads).
 
     A forward that is recomputed in the backward (`torch.utils.checkpoint`, e.g. the
     chunked log-probs of `policylab.models.logprobs`) must run its recomputation inside
@@ -145,6 +134,6 @@ def active_region() -> Bf16Backward | None:
     `F.linear` calls that save other tensors than the forward's did, and the checkpoint
     refuses them. torch leaves a function mode while it handles a call (such as
     `Tensor.backward`) and the backward may be called outside the region anyway, so the
-    checkpoint is given this region to enter again around the recomputation."""
-    stack = getattr(_ACTIVE, "stack", [])
-    return stack[-1] if stack else None
+    checkpoint is given this region, found when the forward runs, to enter again around
+    the recomputation."""
+    return next((m for m in reversed(_get_current_function_mode_stack()) if isinstance(m, Bf16Backward)), None)
