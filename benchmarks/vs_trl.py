@@ -27,8 +27,11 @@ bf16-backward, the fp32 forward with bf16 backward products, on a CPU with nativ
 one optimizer step per batch, so π_old is
 the training forward and no old pass runs); its ratio is printed as
 `ratio_vs_trl_fast=`, beside the exact-fp32 `ratio_vs_trl=`.
-Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix), "policylab-system"
-(policylab with `keep_freed_memory: false`, i.e. glibc's default allocator behaviour) and
+The policylab sides run in the environment the `policylab` command gives itself
+(`policylab.trainer.allocator`: glibc's tcache and fast bins off, GLIBC_TUNABLES); TRL's in
+its own. Ablation sides: "policylab-plain" (HF generate, no shared prompt prefix),
+"policylab-system" (policylab with `keep_freed_memory: false` and no tunables, i.e. glibc's
+default allocator behaviour) and
 "trl-keep" (TRL after the same `policylab.trainer.runtime.keep_freed_memory()` call the policylab
 trainer makes at start-up: how much of the gap that process setting explains).
 Peak RSS (resource.getrusage ru_maxrss at the end of training). Step time: TRL from
@@ -228,8 +231,13 @@ def worker_trl(a) -> dict:
 def _allocator() -> str:
     from policylab.trainer import runtime
 
+    from policylab.trainer.allocator import TUNABLES
+
     lim = runtime.applied_limit()
-    return "glibc default" if lim is None else f"keep freed blocks <= {lim >> 20} MiB"
+    tuned = [k for k in TUNABLES if k in os.environ.get("GLIBC_TUNABLES", "")]
+    parts = ([] if lim is None else [f"keep freed blocks <= {lim >> 20} MiB"]) + \
+        ([f"glibc {', '.join(k.rsplit('.', 1)[1] + '=' + TUNABLES[k] for k in tuned)}"] if tuned else [])
+    return ", ".join(parts) or "glibc default"
 
 
 # ------------------------------------------------------------------------ parent
@@ -238,6 +246,12 @@ def run_worker(side: str, a, passthrough: list[str]) -> dict:
         path = f.name
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                WANDB_DISABLED="true", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
+    if side.startswith("policylab") and side != "policylab-system":
+        # the environment the `policylab` command runs in (policylab.trainer.allocator):
+        # glibc's tcache and fast bins off; TRL and the glibc-defaults ablation as they are
+        from policylab.trainer.allocator import tunables_env
+
+        env = tunables_env(env)
     load = os.getloadavg()[0]
     cmd = [sys.executable, str(HERE), "--worker", side, "--worker-out", path, *passthrough]
     proc = subprocess.run(cmd, env=env)

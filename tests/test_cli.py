@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_utils import cli_inprocess
+from policylab.trainer import allocator
 
 TESTS = Path(__file__).parent
 
@@ -60,6 +61,8 @@ def test_two_step_train_writes_a_complete_run(small_model_dir, tmp_path):
     assert (run / "config.yaml").exists() and (run / "checkpoints" / "LATEST").exists()
     assert (run / "plots" / "reward.png").exists()
     assert "policylab report" in res.stdout
+    if allocator.glibc():  # the command restarted itself with glibc's tcache and fast bins off
+        assert "glibc tcache_count=0, mxfast=0" in res.stdout
     ev = _cli("eval", str(run), "--n", "4", "--allow-imports")
     assert ev.returncode == 0, ev.stderr[-2000:]
     both = json.loads(ev.stdout)

@@ -238,6 +238,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 _default_showwarning = None
+_MODEL_COMMANDS = frozenset({"train", "resume", "eval", "compare", "pipeline", "train-critic"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +249,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from policylab.trainer.runtime import apply_wait_policy
 
+    if argv is None and sys.argv[1:2] and sys.argv[1] in _MODEL_COMMANDS:
+        # glibc's tcache and fast bins off: read at process start, so the command starts
+        # itself again once with them in the environment (policylab.trainer.allocator)
+        from policylab.errors import ConfigError
+        from policylab.trainer.allocator import reexec_with_tunables
+
+        try:
+            reexec_with_tunables()
+        except ConfigError as exc:
+            print(f"policylab: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
     # OpenMP's wait policy is read when torch loads: set it before anything imports torch
     # (an exported OMP_WAIT_POLICY / GOMP_SPINCOUNT is left alone; POLICYLAB_WAIT_POLICY overrides)
     apply_wait_policy()

@@ -70,8 +70,11 @@ def _wait_line() -> str:
 def _allocator_line() -> str:
     from policylab.trainer import runtime
 
+    from policylab.trainer.allocator import status
+
     lim = runtime.applied_limit()
-    return "system default" if lim is None else f"freed blocks <= {lim >> 20} MiB kept for reuse"
+    kept = "system default" if lim is None else f"freed blocks <= {lim >> 20} MiB kept for reuse"
+    return f"{kept}, {status()}"
 
 
 def read_report(path: Path) -> dict:
