@@ -19,7 +19,10 @@ process keeps instead of returning: on the 30-step quickstart (shorter sequences
 smaller gain: 127 -> 121 s of steps, identical accuracies) resident memory sits flat at
 4.34 GB from step 11 to 30 instead of ~3.3 GB, and the peak is 4.34 instead of 4.07 GB
 (+7%); it does not creep. In a loop that allocates and frees one block size, ~8 freed
-blocks stay mapped before they are reused (tests/test_runtime.py).
+blocks stay mapped before they are reused (tests/trainer/test_runtime.py): the slivers
+posix_memalign frees in front of each block sit in glibc's tcache and fast bins and keep
+the freed blocks from merging. The `policylab` command turns both off at start-up, which
+makes the block reused at once (`policylab.trainer.allocator`).
 
 It only changes where freed memory goes, never a value. Only glibc has these knobs
 (`mallopt`); elsewhere (macOS, musl) the call changes nothing and returns False. jemalloc or
