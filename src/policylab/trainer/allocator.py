@@ -15,10 +15,13 @@ growth is resident memory:
   from the 10th round (9 rounds fault in all 12,288 pages again); with the tunables below,
   from the 2nd round (tests/trainer/test_allocator.py);
 - the `make bench` workload (GRPO, 4 prompts x 8 completions, <= 48 new tokens, the fast
-  mode, 5 steps, seed 2, trainer only): peak RSS 3.97-4.20 GB over six runs with glibc's
-  defaults, 3.67-3.69 GB over three runs with both tunables (3.84 GB with the tcache off
-  alone, 4.09 GB with the fast bins off alone); the heap's free blocks at the peak
-  1.2-1.5 GB -> 0.8-0.9 GB; the same tokens and rewards (allocation changes no value).
+  mode, 5 steps, seed 2, trainer only): peak RSS 3.97-4.20 GB over nine runs with glibc's
+  defaults, 3.67-3.69 GB over two runs with both tunables (3.84 GB with the tcache off
+  alone, 4.09-4.15 GB with the fast bins off alone); the heap's free blocks at the peak
+  1.2-1.5 GB -> 0.8-0.9 GB; the same tokens and rewards (allocation changes no value);
+- `make bench` itself, seeds 0-3 (benchmarks/results/vs_trl_runs.md, runs 24-27 against
+  20-23): the fast mode's peak 3.99-4.18 -> 3.56-3.75 GB, exact fp32 3.80-4.00 ->
+  3.67-3.69 GB, steps no slower.
 
 Both settings are glibc tunables, read once when a process starts (`GLIBC_TUNABLES`), so
 a running Python cannot change them for itself. The `policylab` command therefore starts
