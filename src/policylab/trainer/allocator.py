@@ -21,7 +21,10 @@ growth is resident memory:
   1.2-1.5 GB -> 0.8-0.9 GB; the same tokens and rewards (allocation changes no value);
 - `make bench` itself, seeds 0-3 (benchmarks/results/vs_trl_runs.md, runs 24-27 against
   20-23): the fast mode's peak 3.99-4.18 -> 3.56-3.75 GB, exact fp32 3.80-4.00 ->
-  3.67-3.69 GB, steps no slower.
+  3.67-3.69 GB, steps no slower;
+- the quickstart (`make quickstart`, 30 steps): peak 3.65 GB, 3.35 GB resident at the
+  end; with `keep_freed_memory` alone it had sat at 4.34 GB from step 11 on when that was
+  measured (policylab.trainer.runtime).
 
 Both settings are glibc tunables, read once when a process starts (`GLIBC_TUNABLES`), so
 a running Python cannot change them for itself. The `policylab` command therefore starts
