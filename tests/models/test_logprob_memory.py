@@ -12,6 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from policylab import SamplingSettings
+from policylab.models import logprob_rows as LR
 from policylab.models import logprobs as LP
 from policylab.models.logprobs import model_logprobs, token_logprobs
 
@@ -58,11 +59,11 @@ def test_target_logprob_bit_identical_to_the_autograd_graph(dtype, kw):
 def test_target_logprob_second_backward_and_no_double_backward():
     z = torch.randn(3, 17, dtype=torch.float64, requires_grad=True)
     t = torch.tensor([[0, 5, 16]]).reshape(3)
-    lp = LP._TargetLogProb.apply(z, t, False)[0]
+    lp = LR.TargetLogProb.apply(z, t, False)[0]
     (g1,) = torch.autograd.grad(lp.sum(), z, retain_graph=True)
     (g2,) = torch.autograd.grad(lp.sum(), z)  # the kept log-softmax is unchanged by the first
     assert torch.equal(g1, g2)
-    lp = LP._TargetLogProb.apply(z, t, False)[0]
+    lp = LR.TargetLogProb.apply(z, t, False)[0]
     (g,) = torch.autograd.grad(lp.sum(), z, create_graph=True)
     assert not g.requires_grad  # the backward is not differentiable: no graph to go through twice
     with pytest.raises(RuntimeError, match="does not require grad"):
@@ -73,9 +74,9 @@ def test_detached_entropy_in_blocks_equals_one_block(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     logp_all = torch.log_softmax(torch.randn(37, 50, generator=gen, dtype=torch.float64), -1)
     logp_all[3, :10] = float("-inf")  # dropped tokens (top-k / top-p) weigh 0
-    whole = LP._entropy(logp_all)
-    monkeypatch.setattr(LP, "_ENTROPY_BLOCK", 50 * 4)  # 4 rows per block, the last one short
-    blocks = LP._entropy_in_blocks(logp_all)
+    whole = LR.entropy(logp_all)
+    monkeypatch.setattr(LR, "ENTROPY_BLOCK", 50 * 4)  # 4 rows per block, the last one short
+    blocks = LR.entropy_in_blocks(logp_all)
     torch.testing.assert_close(blocks, whole, rtol=0, atol=1e-14)
     p = logp_all.exp()  # naive reference: -Σ p log p over the kept entries
     ref = torch.stack([-(p[i][p[i] > 0] * logp_all[i][p[i] > 0]).sum() for i in range(37)])

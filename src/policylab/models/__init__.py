@@ -4,6 +4,7 @@ prompt prefix, full-vocabulary statistics, a soft prefix).
 
     loading.py        offline model loading, the embedded model's cache, tiny random Llamas
     logprobs.py       per-token log-probs and entropy, consistent with the sampler
+    logprob_rows.py   its row kernel: the kept set, the target log-prob, entropy, chunks
     prefix.py         the shared prompt prefix of the training forward
     vocab.py          full-vocabulary statistics, chunked over positions and vocabulary
     critic.py         the value model of PPO-style methods

@@ -32,7 +32,8 @@ from __future__ import annotations
 import torch
 
 from policylab.errors import PolicylabError
-from policylab.models.logprobs import split_head, validate_settings, logprobs_from_hidden
+from policylab.models.logprob_rows import validate_settings
+from policylab.models.logprobs import logprobs_from_hidden, split_head
 
 __all__ = ["SharedPrefix", "distinct_prompts", "shared_prefix_or_none"]
 

@@ -11,6 +11,7 @@ settings).
     runlog.py      metrics.jsonl, TensorBoard and plots of a run
     memory.py      the memory a step will need, estimated before it samples
     runtime.py     process-wide settings applied at start-up (threads, allocator)
+    allocator.py   glibc's tcache and fast bins off: the `policylab` command restarts itself once
     support.py     learning-rate schedule, seeding, engine construction, run config IO
 """
 
