@@ -73,6 +73,8 @@ def test_freed_block_is_reused_at_once_with_the_tunables():
     assert max(tuned[1:]) < 0.05, tuned  # every later round reuses the freed block
     # negative control, the same program with glibc's defaults: the slivers posix_memalign
     # frees in front of each block sit in the tcache / fast bins and keep the freed block
-    # from merging, so later rounds fault in fresh pages (measured: rounds 3-9 all of them)
+    # from merging, so at least the 2nd round faults in fresh pages again (measured: rounds
+    # 2-9 in a plain shell, round 2 only under `make test`: how long depends on what the
+    # interpreter allocated before)
     plain = _rounds(base)
-    assert sum(plain[1:]) > 2.0, plain
+    assert sum(plain[1:]) > 0.9, plain

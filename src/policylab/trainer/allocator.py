@@ -11,9 +11,11 @@ so the next tensor that needs their combined size is placed at the top of the he
 the heap grows. With `keep_freed_memory` (freed blocks stay in the heap for reuse) that
 growth is resident memory:
 
-- a loop that allocates, touches and frees one 48 MiB tensor reuses the freed block only
-  from the 10th round (9 rounds fault in all 12,288 pages again); with the tunables below,
-  from the 2nd round (tests/trainer/test_allocator.py);
+- a loop that allocates, touches and frees one 48 MiB tensor faults in all 12,288 pages
+  again in later rounds before it reuses the freed block (rounds 2-9 in a fresh
+  interpreter from a shell, round 2 under `make test`: it depends on what was allocated
+  before); with the tunables below it reuses the block from the 2nd round on
+  (tests/trainer/test_allocator.py);
 - the `make bench` workload (GRPO, 4 prompts x 8 completions, <= 48 new tokens, the fast
   mode, 5 steps, seed 2, trainer only): peak RSS 3.97-4.20 GB over nine runs with glibc's
   defaults, 3.67-3.69 GB over two runs with both tunables (3.84 GB with the tcache off
