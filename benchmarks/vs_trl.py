@@ -230,14 +230,11 @@ def worker_trl(a) -> dict:
 
 def _allocator() -> str:
     from policylab.trainer import runtime
-
-    from policylab.trainer.allocator import TUNABLES
+    from policylab.trainer.allocator import in_force
 
     lim = runtime.applied_limit()
-    tuned = [k for k in TUNABLES if k in os.environ.get("GLIBC_TUNABLES", "")]
-    parts = ([] if lim is None else [f"keep freed blocks <= {lim >> 20} MiB"]) + \
-        ([f"glibc {', '.join(k.rsplit('.', 1)[1] + '=' + TUNABLES[k] for k in tuned)}"] if tuned else [])
-    return ", ".join(parts) or "glibc default"
+    parts = [] if lim is None else [f"keep freed blocks <= {lim >> 20} MiB"]
+    return ", ".join(parts + [t for t in [in_force()] if t]) or "glibc default"
 
 
 # ------------------------------------------------------------------------ parent

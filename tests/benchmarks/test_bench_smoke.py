@@ -5,11 +5,12 @@ The TRL half of benchmarks/vs_trl.py runs only when trl is installed (`make benc
 from __future__ import annotations
 
 import json
-import platform
 
 import pytest
 import torch
 from bench_scripts import load as _load
+
+from policylab.trainer.allocator import glibc
 
 
 def test_kernels_benchmark_tiny(tmp_path):
@@ -51,8 +52,7 @@ def test_vs_trl_policylab_half_tiny(tmp_path, small_model_dir):
     assert p["summary"]["completions_per_s"] > 0 and p["peak_rss_mb"] > 100
     # each side in its own process: the trainer's allocator setting on one, glibc's defaults on the other,
     # and the same samples and rewards (the setting changes no value)
-    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-    assert p["allocator"].startswith("keep freed blocks" if glibc else "glibc default")
+    assert p["allocator"].startswith("keep freed blocks" if glibc() else "glibc default")
     assert sys_side["allocator"] == "glibc default"
     assert sys_side["steps"][0]["reward"] == p["steps"][0]["reward"]
     md = (tmp_path / "v.md").read_text()

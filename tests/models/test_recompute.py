@@ -5,7 +5,6 @@ reference), and the memory it saves equals the hand-counted tensors it no longer
 import copy
 import ctypes
 import gc
-import platform
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import torch
 from policylab.models import loading as models
 from policylab.models.recompute import recompute_elementwise, recomputed_modules
 from policylab.trainer import memory
+from policylab.trainer.allocator import glibc
 
 from trainer_utils import tiny_config
 
@@ -82,8 +82,7 @@ def _live_bytes() -> int:
     return m.uordblks + m.hblkhd
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                    reason="live heap bytes from glibc's mallinfo2")
+@pytest.mark.skipif(not glibc(), reason="live heap bytes from glibc's mallinfo2")
 def test_memory_saved_is_the_hand_counted_tensors(tokenizer):
     """Forward of the decoder body with gradients, 4 rows x 50 tokens (200 tokens), fp32,
     hidden H = 64, intermediate I = 128, 2 layers. Per token the plain modules keep, beyond

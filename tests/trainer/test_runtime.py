@@ -2,7 +2,6 @@
 counting page faults, not by timing), bad input refused, the trainer's config switch."""
 
 import mmap
-import platform
 import resource
 from pathlib import Path
 
@@ -10,9 +9,10 @@ import pytest
 import torch
 
 from policylab.trainer import runtime
+from policylab.trainer.allocator import glibc
 from policylab.trainer.config import RunConfig
 
-GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+GLIBC = glibc()
 
 
 def _faults() -> int:

@@ -48,7 +48,7 @@ import sys
 
 from policylab.errors import ConfigError
 
-__all__ = ["TUNABLES", "ALLOCATOR_ENV", "tunables_env", "status", "reexec_with_tunables"]
+__all__ = ["TUNABLES", "ALLOCATOR_ENV", "glibc", "tunables_env", "in_force", "status", "reexec_with_tunables"]
 
 TUNABLES = {"glibc.malloc.tcache_count": "0", "glibc.malloc.mxfast": "0"}
 ALLOCATOR_ENV = "POLICYLAB_ALLOCATOR"  # "tuned" (default) | "system"
@@ -89,18 +89,26 @@ def tunables_env(env=None) -> dict[str, str]:
     return env
 
 
+def in_force(env=None) -> str | None:
+    """The `TUNABLES` set in `env`'s GLIBC_TUNABLES (default os.environ, i.e. what this
+    process started with), as "glibc tcache_count=0, mxfast=0"; None when none is set."""
+    env = os.environ if env is None else env
+    have = _parse(env.get("GLIBC_TUNABLES", ""))
+    mine = [f"{k.rsplit('.', 1)[1]}={have[k]}" for k in TUNABLES if k in have]
+    return "glibc " + ", ".join(mine) if mine else None
+
+
 def status(env=None) -> str:
-    """What this process runs with, for the run header: the tunables in force (read from
-    the environment it started with) or glibc's defaults, and why."""
+    """What this process runs with, for the run header: the tunables in force or glibc's
+    defaults, and why."""
     env = os.environ if env is None else env
     if not glibc():
         return "not glibc"
-    have = _parse(env.get("GLIBC_TUNABLES", ""))
-    mine = {k: have[k] for k in TUNABLES if k in have}
-    if not mine:
+    tuned = in_force(env)
+    if tuned is None:
         why = f"{ALLOCATOR_ENV}=system" if env.get(ALLOCATOR_ENV, "").strip().lower() == "system" else "not set"
         return f"glibc tcache and fast bins on ({why})"
-    return "glibc " + ", ".join(f"{k.rsplit('.', 1)[1]}={v}" for k, v in mine.items())
+    return tuned
 
 
 def reexec_with_tunables(env=None) -> None:

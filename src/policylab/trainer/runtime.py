@@ -34,11 +34,11 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 from policylab.errors import ConfigError
+from policylab.trainer.allocator import glibc
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -57,7 +57,7 @@ def keep_freed_memory(limit_bytes: int = DEFAULT_LIMIT) -> bool:
     global _applied
     if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes <= 0:
         raise ValueError(f"`limit_bytes` must be a positive int, got {limit_bytes!r}")
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if not glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
