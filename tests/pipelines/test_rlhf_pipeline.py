@@ -124,7 +124,7 @@ def _rm_dir(tokenizer, path: Path) -> Path:
 
 
 def test_resume_checks_the_reward_models_fingerprint(tiny_model_dir, tokenizer, tmp_path):
-    from policylab.trainer.resume import resume
+    from policylab.trainer.run import resume
     from policylab.trainer.run import train
 
     rm_dir = _rm_dir(tokenizer, tmp_path / "rm")

@@ -83,7 +83,7 @@ def _compare(args) -> int:
 
 
 def _resume(args) -> int:
-    from policylab.trainer.resume import resume
+    from policylab.trainer.run import resume
 
     resume(args.run_dir, args.set or [], allow_imports=args.allow_imports, from_checkpoint=args.from_checkpoint)
     return 0

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from policylab.errors import PolicylabError
-
-if TYPE_CHECKING:
-    from policylab.methods.spec import RunShape
 
 
 class ParamError(PolicylabError):
@@ -34,7 +31,7 @@ class Param:
     choices: tuple | None = None
     optional: bool = False
     check: Callable[[Any], str | None] | None = None
-    resolve: Callable[["RunShape"], Any] | None = None
+    resolve: Callable[[Any], Any] | None = None  # called with the run's `policylab.methods.stage.RunShape`
 
     def __post_init__(self):
         if self.type not in (bool, int, float, str):

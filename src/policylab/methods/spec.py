@@ -45,7 +45,7 @@ import torch
 from policylab.methods.param_types import (  # noqa: E402,F401  (re-exported: methods declare parameters through spec)
     Param, ParamError, Params, ParamView, non_negative, positive, unit_interval)
 from policylab.methods.stage import (  # noqa: F401  (re-exported: the spec's public names)
-    CAPABILITIES, LOSS_KINDS, PACKAGE_ROOT, REQUIREMENTS, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage,
+    CAPABILITIES, LOSS_KINDS, PACKAGE_ROOT, REQUIREMENTS, ROLE_FIELDS, STAGE_KINDS, RunShape, Stage, Weighting,
     source_location)
 
 
@@ -99,17 +99,6 @@ class LossInputs:
 
     def replace(self, **changes) -> "LossInputs":
         return dataclasses.replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class Weighting:
-    """What a correction returns: a detached weight ([B] or [B, T]) multiplying the host
-    loss, and/or a replacement for the ratio's denominator `logp_old` (SIS: sg(logp) on
-    accepted tokens), plus detached metrics."""
-
-    weight: torch.Tensor | None = None
-    logp_old: torch.Tensor | None = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,16 @@
 """A stage: one step of a method, the function the trainer calls at that point of the
-step, with what it reads, writes, takes as parameters and needs from the backends; and
-the run shape a method may check or resolve defaults from. (`policylab.methods.spec`
-lists the stage kinds and re-exports these names.)"""
+step, with what it reads, writes, takes as parameters and needs from the backends; the
+`Weighting` a correction returns; and the run shape a method may check or resolve
+defaults from. (`policylab.methods.spec` lists the stage kinds and re-exports these names.)"""
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
+
+import torch
 
 from policylab.methods.param_types import Params
 
@@ -42,6 +44,17 @@ REQUIREMENTS = {
 
 
 # ----------------------------------------------------------------------------- run shape
+
+
+@dataclass(frozen=True)
+class Weighting:
+    """What a correction returns: a detached weight ([B] or [B, T]) multiplying the host
+    loss, and/or a replacement for the ratio's denominator `logp_old` (SIS: sg(logp) on
+    accepted tokens), plus detached metrics."""
+
+    weight: torch.Tensor | None = None
+    logp_old: torch.Tensor | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,8 +185,6 @@ def bind(kind: str, kernel: Callable, inputs: tuple[str, ...], params: Mapping[s
             inp.batch.require(name, *needed)
         out = kernel(*(_path(inp, i) for i in inputs), **{k: getattr(p, v) for k, v in params.items()})
         if weighting:
-            from policylab.methods.spec import Weighting
-
             w, metrics = out
             return Weighting(weight=w, metrics=metrics)
         return out

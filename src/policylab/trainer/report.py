@@ -6,10 +6,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from policylab.trainer.loop import Trainer
 
 
 def make_console():
@@ -25,7 +21,7 @@ def print_note(text: str) -> None:
     print(f"policylab: {text}", file=sys.stderr, flush=True)
 
 
-def summary(trainer: Trainer) -> str:
+def summary(trainer) -> str:  # a policylab.trainer.loop.Trainer
     cfg, rc = trainer.cfg, trainer.method
     n = sum(p.numel() for p in trainer.model.parameters())
     ntrain = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
@@ -108,7 +104,7 @@ def write_report(path: Path, report: dict) -> None:
     replace_file(guard(Path(path).parent, Path(path).name), json.dumps(report, indent=2))
 
 
-def evaluate_and_print(trainer: Trainer, label: str, console) -> dict:
+def evaluate_and_print(trainer, label: str, console) -> dict:  # trainer: a Trainer
     t0 = time.perf_counter()
     with console.status(f"evaluating {label} model on {trainer.cfg.eval.n} held-out prompts ..."):
         res = trainer.evaluate(label)

@@ -1,5 +1,6 @@
-"""Resuming a run: which settings a resume may change, a received run's config read
-behind the import trust gate, and `resume` itself."""
+"""Resuming a run: which settings a resume may change, the settings a checkpoint's weights
+depend on, and a received run's config read behind the import trust gate (`resume`
+itself, which continues the run, is in `trainer.run`)."""
 
 from __future__ import annotations
 
@@ -81,23 +82,3 @@ def load_received_run(run_dir: str | Path, *, allow_imports: bool = False) -> Ru
     cfg = load_run_config(run_dir)
     check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
     return cfg
-
-
-def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allow_imports: bool = False,
-           from_checkpoint: str | None = None) -> dict:
-    """Continue the run in `run_dir` from its latest checkpoint (or `from_checkpoint`,
-    e.g. "step_000004"). `overrides` may change only RESUME_CHANGEABLE keys; reward code
-    outside policylab needs `allow_imports` (see `load_received_run`)."""
-    from policylab.trainer.config import parse_overrides
-
-    run_dir = Path(run_dir)
-    parse_overrides(overrides)  # a malformed --set is reported before anything is read
-    cfg = load_run_config(run_dir)
-    cfg.run_dir = str(run_dir)
-    cfg, changes = resume_changes(cfg, overrides)  # run_dir among them: refused (resume writes where it reads)
-    from policylab.trainer.trust import check_imports
-
-    check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
-    from policylab.trainer.run import continue_run
-
-    return continue_run(cfg, from_checkpoint=from_checkpoint, changes=changes, console=console)

@@ -1,7 +1,8 @@
 """Running a training job end to end: the run directory checked, the trainer built (or
 restored from a checkpoint), the base evaluation, the training loop with a live progress
-bar, checkpoints, plots, the final evaluation and the report. Resuming: `trainer.resume`;
-what a run prints and writes: `trainer.report`."""
+bar, checkpoints, plots, the final evaluation and the report; `resume` continues a run
+(what a resume may change: `trainer.resume`; what a run prints and writes:
+`trainer.report`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from policylab.trainer.report import evaluate_and_print, make_console, print_not
 from policylab.trainer.run_dir import check_new_run_dir, checkpoint_bytes, clean_stray, preflight, remove_previous
 from policylab.trainer.run_paths import RunLock, check_run_tree, stale_note
 from policylab.trainer.runlog import RunLog, write_plots
-from policylab.trainer.support import save_config
+from policylab.trainer.support import load_run_config, save_config
+from policylab.trainer.resume import identity_config, resume_changes
 
 
 def _instrument(trainer: Trainer) -> None:
@@ -112,7 +114,6 @@ def continue_run(cfg: RunConfig, *, from_checkpoint: str | None = None, changes:
     "step_000004"), verified before anything else happens; `changes` are the settings a
     resume changed, {key: (recorded, new)} (recorded in config.yaml and the report)."""
     from policylab.trainer.config import check_model_value
-    from policylab.trainer.resume import identity_config
 
     check_model_value("model", cfg.model)
     run_dir = Path(cfg.run_dir)
@@ -347,3 +348,22 @@ def _diverged(trainer: Trainer, exc: Exception) -> None:
         f"stopped at: {exc}. Weights like these are never checkpointed: "
         + (f"the last checkpoint, {last}, is intact" if last else "no checkpoint was written")
     ) from None
+
+
+def resume(run_dir: str | Path, overrides: list[str] = (), console=None, *, allow_imports: bool = False,
+           from_checkpoint: str | None = None) -> dict:
+    """Continue the run in `run_dir` from its latest checkpoint (or `from_checkpoint`,
+    e.g. "step_000004"). `overrides` may change only `trainer.resume.RESUME_CHANGEABLE`
+    keys; reward code outside policylab needs `allow_imports` (see
+    `trainer.resume.load_received_run`)."""
+    from policylab.trainer.config import parse_overrides
+
+    run_dir = Path(run_dir)
+    parse_overrides(overrides)  # a malformed --set is reported before anything is read
+    cfg = load_run_config(run_dir)
+    cfg.run_dir = str(run_dir)
+    cfg, changes = resume_changes(cfg, overrides)  # run_dir among them: refused (resume writes where it reads)
+    from policylab.trainer.trust import check_imports
+
+    check_imports(cfg, str(run_dir / "config.yaml"), allow=allow_imports, say=print_note)
+    return continue_run(cfg, from_checkpoint=from_checkpoint, changes=changes, console=console)
